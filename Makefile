@@ -44,7 +44,7 @@ bench: venv java
 
 dist: venv
 	rm -rf dist && mkdir -p dist
-	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lake simulator -x '*__pycache__*'
+	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lakehouse simulator -x '*__pycache__*'
 	@echo "built dist/zkledger.zip"
 
 clean:

@@ -1,0 +1,287 @@
+"""The lake's tables: names, columns and keys (contracts.md), as plain data.
+
+This is the one source of truth for table schemas: ``lakehouse`` turns a spec into a
+pyarrow schema for delta-rs, ``pipelines.schemas`` into a Spark StructType. Column types
+use a tiny vocabulary: string, int, bigint, double, boolean, timestamp (UTC, microseconds),
+binary, array<int>, array<string>.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]  # columns that identify a row (used for dedup / quality checks)
+    doc: str = ""
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name!r}")
+
+
+def _c(name: str, type_: str, nullable: bool = True) -> Column:
+    return Column(name, type_, nullable)
+
+
+ZNODE_EVENTS = TableSpec(
+    "znode_events",
+    (
+        _c("cluster", "string", False),
+        _c("zxid", "bigint", False),
+        _c("path", "string", False),
+        _c("op", "string", False),  # CREATE, SET, DELETE, CLOSE_SESSION, CREATE_SESSION, MULTI_FAILED, GAP
+        _c("data", "binary"),
+        _c("version", "int"),
+        _c("czxid", "bigint"),
+        _c("mzxid", "bigint"),
+        _c("pzxid", "bigint"),
+        _c("ephemeral_owner", "bigint"),
+        _c("session_id", "bigint"),  # client session of the txn (txnlog) or of the collector (watch)
+        _c("txn_time", "timestamp"),  # time ZooKeeper stamped on the transaction (txnlog only)
+        _c("source", "string", False),  # watch, resync, txnlog
+        _c("missed_versions", "int"),
+        _c("detail", "string"),  # e.g. failed check path of a MULTI_FAILED, gap reason
+        _c("observed_at", "timestamp", False),
+        _c("event_id", "string", False),
+    ),
+    key=("cluster", "event_id"),
+    doc="one observed change of one znode",
+)
+
+CONTROLLER_DECISIONS = TableSpec(
+    "controller_decisions",
+    (
+        _c("cluster", "string", False),
+        _c("ts", "timestamp"),
+        _c("source_file", "string", False),
+        _c("line_no", "bigint", False),
+        _c("level", "string"),
+        _c("logger", "string"),
+        _c("controller_id", "int"),
+        _c("controller_epoch", "int"),
+        _c("broker_id", "int"),
+        _c("kind", "string", False),
+        _c("topic", "string"),
+        _c("partition", "int"),
+        _c("replica", "int"),
+        _c("from_state", "string"),
+        _c("to_state", "string"),
+        _c("leader", "int"),
+        _c("leader_epoch", "int"),
+        _c("isr", "array<int>"),
+        _c("success", "boolean"),
+        _c("message", "string"),
+        _c("event_id", "string", False),
+    ),
+    key=("cluster", "event_id"),
+    doc="one parsed controller/broker log record",
+)
+
+QUARANTINE = TableSpec(
+    "quarantine",
+    (
+        _c("cluster", "string", False),
+        _c("source", "string", False),
+        _c("raw", "string"),
+        _c("reason", "string", False),
+        _c("observed_at", "timestamp", False),
+        _c("ref", "string"),  # where it came from: file:line, zxid/path
+        _c("event_id", "string", False),
+    ),
+    key=("cluster", "event_id"),
+    doc="one input that could not be used",
+)
+
+METADATA_EVENTS = TableSpec(
+    "metadata_events",
+    (
+        _c("cluster", "string", False),
+        _c("zxid", "bigint", False),
+        _c("event_time", "timestamp"),
+        _c("type", "string", False),
+        _c("topic", "string"),
+        _c("partition", "int"),
+        _c("broker", "int"),
+        _c("controller_id", "int"),
+        _c("controller_epoch", "int"),
+        _c("leader", "int"),
+        _c("leader_epoch", "int"),
+        _c("isr", "array<int>"),
+        _c("replicas", "array<int>"),
+        _c("zk_version", "int"),
+        _c("czxid", "bigint"),
+        _c("path", "string"),
+        _c("detail", "string"),  # JSON with type-specific extras
+        _c("event_id", "string", False),
+    ),
+    key=("cluster", "event_id"),
+    doc="one typed metadata change decoded from znode_events",
+)
+
+PARTITION_TRANSITIONS = TableSpec(
+    "partition_transitions",
+    (
+        _c("cluster", "string", False),
+        _c("topic", "string", False),
+        _c("partition", "int", False),
+        _c("zxid", "bigint", False),
+        _c("event_time", "timestamp"),
+        _c("from_state", "string", False),
+        _c("to_state", "string", False),
+        _c("legal", "boolean", False),
+        _c("cause", "string"),
+        _c("event_id", "string", False),
+    ),
+    key=("cluster", "event_id"),
+    doc="one partition state machine step",
+)
+
+REPLICA_TRANSITIONS = TableSpec(
+    "replica_transitions",
+    (
+        _c("cluster", "string", False),
+        _c("topic", "string", False),
+        _c("partition", "int", False),
+        _c("replica", "int", False),
+        _c("zxid", "bigint", False),
+        _c("event_time", "timestamp"),
+        _c("from_state", "string", False),
+        _c("to_state", "string", False),
+        _c("legal", "boolean", False),
+        _c("cause", "string"),
+        _c("event_id", "string", False),
+    ),
+    key=("cluster", "event_id"),
+    doc="one replica state machine step",
+)
+
+PARTITION_STATE = TableSpec(
+    "partition_state",
+    (
+        _c("cluster", "string", False),
+        _c("topic", "string", False),
+        _c("partition", "int", False),
+        _c("state", "string", False),
+        _c("leader", "int"),
+        _c("leader_epoch", "int"),
+        _c("controller_epoch", "int"),
+        _c("isr", "array<int>"),
+        _c("replicas", "array<int>"),
+        _c("as_of_zxid", "bigint", False),
+        _c("event_time", "timestamp"),
+    ),
+    key=("cluster", "topic", "partition"),
+    doc="latest state per partition",
+)
+
+REPLICA_STATE = TableSpec(
+    "replica_state",
+    (
+        _c("cluster", "string", False),
+        _c("topic", "string", False),
+        _c("partition", "int", False),
+        _c("replica", "int", False),
+        _c("state", "string", False),
+        _c("leader", "int"),
+        _c("leader_epoch", "int"),
+        _c("isr", "array<int>"),
+        _c("replicas", "array<int>"),
+        _c("as_of_zxid", "bigint", False),
+        _c("event_time", "timestamp"),
+    ),
+    key=("cluster", "topic", "partition", "replica"),
+    doc="latest state per replica",
+)
+
+CONTROLLER_TENURE = TableSpec(
+    "controller_tenure",
+    (
+        _c("cluster", "string", False),
+        _c("controller_id", "int", False),
+        _c("controller_epoch", "int"),
+        _c("start_zxid", "bigint"),
+        _c("end_zxid", "bigint"),
+        _c("start_time", "timestamp"),
+        _c("end_time", "timestamp"),
+        _c("source", "string"),  # zk or logs
+    ),
+    key=("cluster", "controller_id", "controller_epoch", "source"),
+    doc="one controller's term",
+)
+
+ANOMALIES = TableSpec(
+    "anomalies",
+    (
+        _c("cluster", "string", False),
+        _c("anomaly_id", "string", False),
+        _c("kind", "string", False),
+        _c("severity", "string", False),
+        _c("event_time", "timestamp"),
+        _c("zxid", "bigint"),
+        _c("detected_at", "timestamp", False),
+        _c("topic", "string"),
+        _c("partition", "int"),
+        _c("replica", "int"),
+        _c("broker", "int"),
+        _c("controller_id", "int"),
+        _c("controller_epoch", "int"),
+        _c("details", "string"),  # JSON
+        _c("evidence", "array<string>"),  # event ids
+    ),
+    key=("cluster", "anomaly_id"),
+    doc="one finding",
+)
+
+QUALITY_RESULTS = TableSpec(
+    "quality_results",
+    (
+        _c("cluster", "string", False),
+        _c("run_id", "string", False),
+        _c("run_at", "timestamp", False),
+        _c("table_name", "string", False),
+        _c("expectation", "string", False),
+        _c("column", "string"),
+        _c("success", "boolean", False),
+        _c("observed", "string"),
+        _c("table_version", "bigint"),
+    ),
+    key=("cluster", "run_id", "table_name", "expectation", "column"),
+    doc="one expectation result of one zkledger check run",
+)
+
+ALL_TABLES: Final[dict[str, TableSpec]] = {
+    t.name: t
+    for t in (
+        ZNODE_EVENTS,
+        CONTROLLER_DECISIONS,
+        QUARANTINE,
+        METADATA_EVENTS,
+        PARTITION_TRANSITIONS,
+        REPLICA_TRANSITIONS,
+        PARTITION_STATE,
+        REPLICA_STATE,
+        CONTROLLER_TENURE,
+        ANOMALIES,
+        QUALITY_RESULTS,
+    )
+}
+
+BRONZE_TABLES: Final = ("znode_events", "controller_decisions", "quarantine")
