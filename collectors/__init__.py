@@ -1,0 +1,1 @@
+"""collectors package."""

@@ -1,0 +1,1 @@
+"""zkledger package."""
