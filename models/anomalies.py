@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 
 class AnomalyKind(StrEnum):
@@ -45,3 +47,49 @@ SEVERITY: Final[dict[AnomalyKind, str]] = {
     AnomalyKind.DECISION_ZK_DIVERGENCE: "error",
     AnomalyKind.COLLECTION_GAP: "info",
 }
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """One readable line for an anomaly row (monitor alerts, `zkledger anomalies`, the demo summary)."""
+    parts = [f"[{row.get('severity') or '?'}] {row.get('kind')}"]
+    when = row.get("event_time")
+    if when is not None:
+        parts.append(f"at {when.isoformat(sep=' ', timespec='seconds') if hasattr(when, 'isoformat') else when}")
+    if row.get("zxid") is not None:
+        parts.append(f"zxid={row['zxid']:#x}" if isinstance(row["zxid"], int) else f"zxid={row['zxid']}")
+    if row.get("topic") is not None:
+        where = f"{row['topic']}-{row['partition']}" if row.get("partition") is not None else str(row["topic"])
+        if row.get("replica") is not None:
+            where += f" replica {row['replica']}"
+        parts.append(where)
+    if row.get("broker") is not None:
+        parts.append(f"broker {row['broker']}")
+    if row.get("controller_id") is not None:
+        ctl = f"controller {row['controller_id']}"
+        if row.get("controller_epoch") is not None:
+            ctl += f" (epoch {row['controller_epoch']})"
+        parts.append(ctl)
+    line = " ".join(parts)
+    summary = _details_summary(row.get("details"))
+    if summary:
+        line += f": {summary}"
+    evidence = row.get("evidence") or []
+    if evidence:
+        line += f" [evidence: {len(evidence)} event(s), first {evidence[0]}]"
+    return line
+
+
+def _details_summary(details: object) -> str:
+    """The 'message' (or a compact key=value list) of an anomaly's JSON details."""
+    if details is None:
+        return ""
+    if isinstance(details, str):
+        try:
+            details = json.loads(details)
+        except ValueError:
+            return str(details)[:200]
+    if isinstance(details, dict):
+        if "message" in details:
+            return str(details["message"])[:200]
+        return ", ".join(f"{k}={v}" for k, v in list(details.items())[:6])[:200]
+    return str(details)[:200]
