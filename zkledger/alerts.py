@@ -1,0 +1,153 @@
+"""Anomaly alerts from the monitor: one readable line each, and optionally JSON to a webhook.
+
+The webhook is posted from a background thread through a bounded queue so a slow or dead
+endpoint never blocks the stream; each post is retried with backoff, and when the queue is
+full the oldest alert is dropped and counted (the anomalies table stays the source of truth).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from datetime import date, datetime
+from typing import Any, TextIO
+
+from models.anomalies import describe
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+def anomaly_json(row: Mapping[str, Any]) -> bytes:
+    """The webhook body: the anomaly row as JSON (timestamps ISO 8601, details parsed)."""
+
+    def default(value: object) -> object:
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        return str(value)
+
+    body = dict(row)
+    details = body.get("details")
+    if isinstance(details, str):
+        try:
+            body["details"] = json.loads(details)
+        except ValueError:
+            pass
+    body["summary"] = describe(row)
+    return json.dumps(body, default=default, sort_keys=True).encode("utf-8")
+
+
+class WebhookSender:
+    """Posts JSON bodies to one URL from a daemon thread; never blocks the caller."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_queue: int = 10_000,
+        attempts: int = 5,
+        backoff_s: float = 0.5,
+        timeout_s: float = 5.0,
+        post: Callable[[str, bytes, float], int] | None = None,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"webhook URL must start with http:// or https://, got {url!r}")
+        self.url = url
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+        self._post = post or _http_post
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name="zkledger-webhook", daemon=True)
+        self._thread.start()
+
+    def submit(self, body: bytes) -> None:
+        while True:
+            try:
+                self._queue.put_nowait(body)
+                return
+            except queue.Full:
+                try:
+                    self._queue.get_nowait()  # drop the oldest: the table keeps every anomaly anyway
+                    self.dropped += 1
+                except queue.Empty:
+                    pass
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Deliver what is queued (bounded by timeout_s), then stop the thread."""
+        try:
+            self._queue.put(_STOP, timeout=timeout_s)
+        except queue.Full:
+            return
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            assert isinstance(item, bytes)
+            self._deliver(item)
+
+    def _deliver(self, body: bytes) -> None:
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                status = self._post(self.url, body, self.timeout_s)
+                if 200 <= status < 300:
+                    self.sent += 1
+                    return
+                log.warning("webhook %s answered %s (attempt %d/%d)", self.url, status, attempt, self.attempts)
+            except (OSError, urllib.error.URLError) as exc:
+                log.warning("webhook %s failed: %s (attempt %d/%d)", self.url, exc, attempt, self.attempts)
+            if attempt < self.attempts:
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        self.failed += 1
+
+
+def _http_post(url: str, body: bytes, timeout_s: float) -> int:
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "zkledger"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+class AnomalyAlerter:
+    """What the monitor calls after each committed micro-batch with that batch's new anomalies."""
+
+    def __init__(self, webhook_url: str | None = None, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.webhook = WebhookSender(webhook_url) if webhook_url else None
+        self.count = 0
+
+    def publish(self, rows: Iterable[Mapping[str, Any]]) -> int:
+        n = 0
+        for row in rows:
+            print(describe(row), file=self.out, flush=True)
+            if self.webhook is not None:
+                self.webhook.submit(anomaly_json(row))
+            n += 1
+        self.count += n
+        return n
+
+    def close(self) -> None:
+        if self.webhook is not None:
+            self.webhook.close()
