@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java test lint unit demo bench dist clean
+.PHONY: help venv java browser test lint unit demo bench dist clean
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
@@ -29,11 +29,18 @@ java:
 	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
 	  echo "error: Java 17+ is required for Spark and ZooKeeper (found: $${v:-none}); install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; fi
 
+# The report test renders the HTML in a real headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the report test"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+	  || { echo "error: chromium is required for the report test; install it with: apt-get install -y chromium"; exit 1; }; }
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: venv java lint
+test: venv java browser lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
 demo: venv java
