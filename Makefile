@@ -27,7 +27,9 @@ venv: $(STAMP)
 java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
-	  echo "error: Java 17+ is required for Spark and ZooKeeper (found: $${v:-none}); install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; fi
+	  echo "Java 17+ not found (found: $${v:-none}); installing Debian's openjdk-17-jre-headless"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } \
+	  || { echo "error: Java 17+ is required for Spark and ZooKeeper; install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; }; fi
 
 # The report test renders the HTML in a real headless Chromium (Debian's package).
 browser:
