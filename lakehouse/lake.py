@@ -1,0 +1,269 @@
+"""The lake: one Delta table per models.tables spec, written and read with delta-rs (no JVM).
+
+Idempotence: every commit carries a Delta app transaction ``(writer_id, batch_seq)``. delta-rs does not
+reject a repeated ``(app_id, version)`` itself, so ``append``/``overwrite`` read
+``transaction_version(writer_id)`` first and skip a batch that is already in the table. That check is
+race-free because there is one writer per ``writer_id`` (architecture.md); writers with different ids
+commit concurrently and delta-rs' conflict checker (plus a retry here) serialises them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from lakehouse.arrow_schema import arrow_schema, spec_for
+
+log = logging.getLogger(__name__)
+
+Rows = Sequence[Mapping[str, Any]] | pa.Table
+WriteMode = Literal["append", "overwrite"]
+
+CRASH_ENV = "ZKLEDGER_LAKE_CRASH"
+"""Test hook: ``<stage>:<batch_seq>`` (stage ``before_commit`` or ``after_commit``) makes the process
+SIGKILL itself at that point of that batch, to prove restart idempotence with a real crash."""
+
+_COMMIT_RETRIES = 8
+
+
+def crash_point(stage: str, batch_seq: int) -> None:
+    """Kill this process (SIGKILL, no cleanup) if the crash hook asks for this stage and batch."""
+    want = os.environ.get(CRASH_ENV)
+    if want and want == f"{stage}:{batch_seq}":
+        log.warning("crash hook %s: killing pid %d", want, os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Lake:
+    """Delta tables under one root folder, for one Kafka cluster.
+
+    Args:
+        root: folder holding one sub-folder per table.
+        cluster: value filled into the ``cluster`` column when a row does not carry one.
+        checkpoint_interval: write a Delta checkpoint every this many versions, so reading a table
+            that collectors append to in many small commits stays fast (0 disables).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], cluster: str, *, checkpoint_interval: int = 50) -> None:
+        self.root = str(Path(root).absolute())
+        self.cluster = cluster
+        self.checkpoint_interval = checkpoint_interval
+
+    def __repr__(self) -> str:
+        return f"Lake(root={self.root!r}, cluster={self.cluster!r})"
+
+    # ----------------------------------------------------------------- paths and state
+    def table_path(self, table: str) -> str:
+        spec_for(table)  # unknown names fail here, not as a stray folder
+        return os.path.join(self.root, table)
+
+    def exists(self, table: str) -> bool:
+        return DeltaTable.is_deltatable(self.table_path(table))
+
+    def _load(self, table: str, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(self.table_path(table), version=version)
+        except TableNotFoundError:
+            raise FileNotFoundError(f"table {table!r} does not exist under {self.root}") from None
+
+    def version(self, table: str) -> int | None:
+        """Current version of the table, None when it does not exist."""
+        if not self.exists(table):
+            return None
+        return self._load(table).version()
+
+    def last_batch_seq(self, table: str, writer_id: str) -> int | None:
+        """The highest batch_seq committed by ``writer_id`` (None: never, or no table)."""
+        if not self.exists(table):
+            return None
+        return self._load(table).transaction_version(writer_id)
+
+    def history(self, table: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """Commit infos, newest first (``version``, ``timestamp`` in ms, ``operation``...)."""
+        return self._load(table).history(limit)
+
+    # ----------------------------------------------------------------- create
+    def ensure(self, table: str) -> None:
+        """Create the empty table with its models.tables schema if it is missing."""
+        path = self.table_path(table)
+        if DeltaTable.is_deltatable(path):
+            return
+        os.makedirs(path, exist_ok=True)
+        try:
+            DeltaTable.create(path, arrow_schema(table), mode="ignore", name=table)
+            log.info("created table %s at %s", table, path)
+        except DeltaError:
+            # Another process created it between our check and our commit: that is fine.
+            if not DeltaTable.is_deltatable(path):
+                raise
+
+    # ----------------------------------------------------------------- write
+    def append(self, table: str, rows: Rows, writer_id: str, batch_seq: int) -> bool:
+        """Append rows once per ``(writer_id, batch_seq)``; False when the batch was already committed."""
+        return self._write(table, rows, writer_id, batch_seq, "append")
+
+    def overwrite(self, table: str, rows: Rows, writer_id: str, batch_seq: int) -> bool:
+        """Replace the table's contents once per ``(writer_id, batch_seq)``; False when already done."""
+        return self._write(table, rows, writer_id, batch_seq, "overwrite")
+
+    def _write(self, table: str, rows: Rows, writer_id: str, batch_seq: int, mode: WriteMode) -> bool:
+        if batch_seq < 0:
+            raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
+        data = self.conform(table, rows)
+        self.ensure(table)
+        path = self.table_path(table)
+        for attempt in range(_COMMIT_RETRIES):
+            last = DeltaTable(path).transaction_version(writer_id)
+            if last is not None and last >= batch_seq:
+                log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq, last)
+                return False
+            crash_point("before_commit", batch_seq)
+            try:
+                write_deltalake(
+                    path,
+                    data,
+                    mode=mode,
+                    commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)]),
+                )
+            except CommitFailedError as e:
+                # A concurrent writer won the race for this version (e.g. overwrite vs append).
+                log.warning("%s: commit conflict (attempt %d): %s", table, attempt + 1, e)
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            crash_point("after_commit", batch_seq)
+            self._maybe_checkpoint(table)
+            log.debug("%s: committed %d rows as %s/%d (%s)", table, data.num_rows, writer_id, batch_seq, mode)
+            return True
+        raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
+
+    def _maybe_checkpoint(self, table: str) -> None:
+        if self.checkpoint_interval <= 0:
+            return
+        dt = self._load(table)
+        v = dt.version()
+        if v > 0 and v % self.checkpoint_interval == 0:
+            dt.create_checkpoint()
+            log.debug("%s: checkpoint at version %d", table, v)
+
+    def conform(self, table: str, rows: Rows) -> pa.Table:
+        """Rows (dicts or a pyarrow Table) as a pa.Table with exactly the table's schema.
+
+        Missing nullable columns become null, a missing ``cluster`` becomes the Lake's cluster,
+        columns are reordered and cast; unknown columns and nulls in non-nullable columns raise ValueError.
+        """
+        schema = arrow_schema(table)
+        src = rows if isinstance(rows, pa.Table) else _from_rows(table, rows, schema)
+        unknown = sorted(set(src.column_names) - set(schema.names))
+        if unknown:
+            raise ValueError(f"{table}: unknown column(s) {', '.join(unknown)}")
+        n = src.num_rows
+        arrays = []
+        for field in schema:
+            arr = _cast(table, field, src.column(field.name)) if field.name in src.column_names else None
+            if field.name == "cluster":
+                arr = _fill_cluster(arr, n, self.cluster)
+            if arr is None:
+                arr = pa.nulls(n, field.type)
+            if not field.nullable and arr.null_count:
+                raise ValueError(
+                    f"{table}: column {field.name!r} is not nullable but has {arr.null_count} null value(s)"
+                )
+            arrays.append(arr)
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    # ----------------------------------------------------------------- read
+    def read_arrow(self, table: str, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
+        """The table as of now, as of a version, or as of a time (the last commit at or before it)."""
+        dt = self.snapshot(table, version=version, as_of=as_of)
+        return self.conform_read(table, dt.to_pyarrow_table())
+
+    def snapshot(self, table: str, version: int | None = None, as_of: datetime | None = None) -> DeltaTable:
+        """A delta-rs DeltaTable pinned to a version or a time (time travel)."""
+        if version is not None and as_of is not None:
+            raise ValueError("give version or as_of, not both")
+        dt = self._load(table, version=version)
+        if as_of is not None:
+            if as_of.tzinfo is None:
+                raise ValueError("as_of must be timezone-aware (UTC)")
+            try:
+                dt.load_as_version(as_of)
+            except DeltaError as e:
+                raise ValueError(f"{table}: no version at or before {as_of.isoformat()}: {e}") from None
+        return dt
+
+    def conform_read(self, table: str, data: pa.Table) -> pa.Table:
+        """Read data shaped to the current spec: spec order and types, null for columns added since."""
+        schema = arrow_schema(table)
+        n = data.num_rows
+        cols = [
+            data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(n, f.type)
+            for f in schema
+        ]
+        if _no_bad_nulls(cols, schema):
+            return pa.Table.from_arrays(cols, schema=schema)
+        # Files written before a column existed hold nulls the spec may now forbid: keep the data.
+        log.warning("%s: stored rows have nulls in non-nullable columns; schema relaxed", table)
+        return pa.Table.from_arrays(cols, schema=pa.schema([f.with_nullable(True) for f in schema]))
+
+    # ----------------------------------------------------------------- maintenance
+    def checkpoint(self, table: str) -> None:
+        self._load(table).create_checkpoint()
+
+    def optimize(self, table: str) -> dict[str, Any]:
+        """Compact small files (collectors append many small batches). Returns delta-rs metrics."""
+        metrics: dict[str, Any] = self._load(table).optimize.compact()
+        return metrics
+
+    def vacuum(self, table: str, retention_hours: int = 168) -> list[str]:
+        """Delete files no snapshot newer than ``retention_hours`` needs (limits time travel)."""
+        return self._load(table).vacuum(
+            retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
+        )
+
+
+def _from_rows(table: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
+    names = set(schema.names)
+    for row in rows:
+        extra = set(row) - names
+        if extra:
+            raise ValueError(f"{table}: unknown column(s) {', '.join(sorted(extra))}")
+    # Nullable while building: the null checks in conform() give a better message than pyarrow's.
+    relaxed = pa.schema([f.with_nullable(True) for f in schema])
+    try:
+        return pa.Table.from_pylist(list(rows), schema=relaxed)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise ValueError(f"{table}: rows do not fit the schema: {e}") from None
+
+
+def _cast(table: str, field: pa.Field, col: pa.ChunkedArray) -> pa.Array:
+    arr = col.combine_chunks()
+    if arr.type == field.type:
+        return arr
+    # Timestamps: ns -> us truncation is expected, not an error; naive values are taken as UTC.
+    safe = not pa.types.is_timestamp(field.type)
+    try:
+        return arr.cast(field.type, safe=safe)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise ValueError(f"{table}: column {field.name!r} ({arr.type}) cannot be cast to {field.type}: {e}") from None
+
+
+def _fill_cluster(arr: pa.Array | None, n: int, cluster: str) -> pa.Array:
+    if arr is None:
+        return pa.array([cluster] * n, pa.string())
+    if arr.null_count == 0:
+        return arr
+    return pa.array([cluster if v is None else v for v in arr.to_pylist()], pa.string())
+
+
+def _no_bad_nulls(cols: list[pa.ChunkedArray | pa.Array], schema: pa.Schema) -> bool:
+    return all(f.nullable or c.null_count == 0 for c, f in zip(cols, schema, strict=True))
