@@ -1,0 +1,54 @@
+"""What every command receives: settings, the lake, the cluster name and a lazily built SparkSession."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from conf.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse import Lake
+
+log = logging.getLogger(__name__)
+
+
+class Context:
+    """Per-invocation wiring. Nothing heavy happens until `lake` or `spark()` is first used."""
+
+    def __init__(self, settings: Settings, lake: str | Path | None = None, cluster: str | None = None) -> None:
+        self.settings = settings
+        self.lake_root = str(lake if lake is not None else settings.lake.root)
+        self.cluster = cluster if cluster is not None else settings.lake.cluster
+        self._lake: Lake | None = None
+        self._spark: SparkSession | None = None
+
+    @property
+    def lake(self) -> Lake:
+        """`lakehouse.Lake(root, cluster)`, imported on first use so commands without a lake stay light."""
+        if self._lake is None:
+            from lakehouse import Lake
+
+            self._lake = Lake(self.lake_root, self.cluster)
+        return self._lake
+
+    def spark(self, app_name: str | None = None) -> SparkSession:
+        """The SparkSession, built on first call by `zkledger.spark.build_spark`."""
+        if self._spark is None:
+            from zkledger.spark import build_spark
+
+            self._spark = build_spark(self.settings, app_name)
+        return self._spark
+
+    @property
+    def has_spark(self) -> bool:
+        return self._spark is not None
+
+    def close(self) -> None:
+        """Stop the SparkSession if one was started (the CLI calls this when a command ends)."""
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
