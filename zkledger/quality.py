@@ -1,0 +1,426 @@
+"""Run the models.quality suites with Great Expectations 1.x on Spark DataFrames.
+
+Two entry points:
+
+* :func:`run_quality` validates the current snapshot of every table in a lake, appends one row per
+  expectation result to ``quality_results`` and writes a static HTML page of the run under
+  ``<lake>/_quality/``.
+* :func:`run_quality_on_batch` validates DataFrames you already hold (the monitor's ``foreachBatch``);
+  it writes nothing.
+
+GX chain (platform-notes): ephemeral context -> Spark data source (persist=False, so batches are not
+cached forever) -> dataframe asset -> whole-dataframe batch definition -> suite -> ValidationDefinition
+-> Checkpoint -> ``run(batch_parameters={"dataframe": df})``. Every expectation costs Spark jobs, so each
+table's DataFrame is cached once for all of its expectations.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from models import quality as mq
+from models.states import (
+    PARTITION_VALID_PREVIOUS,
+    REPLICA_VALID_PREVIOUS_BEFORE_2_3,
+    REPLICA_VALID_PREVIOUS_FROM_2_3,
+    legal_pairs,
+    partition_valid_previous,
+    replica_valid_previous,
+)
+from models.tables import ALL_TABLES
+from zkledger.errors import UserError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from lakehouse import Lake
+
+log = logging.getLogger(__name__)
+
+# models.tables type vocabulary -> the Spark type class name GX compares against
+SPARK_TYPE_NAMES: dict[str, str] = {
+    "string": "StringType",
+    "int": "IntegerType",
+    "bigint": "LongType",
+    "double": "DoubleType",
+    "boolean": "BooleanType",
+    "timestamp": "TimestampType",
+    "binary": "BinaryType",
+    "array<int>": "ArrayType",
+    "array<string>": "ArrayType",
+}
+QUALITY_DIR = "_quality"
+_OBSERVED_MAX = 300  # characters of the observed value kept per result
+
+
+class QualityCheckFailed(UserError):
+    """At least one suite failed; the CLI prints the one line and exits 1."""
+
+
+@dataclass(frozen=True)
+class ExpectationResult:
+    table: str
+    expectation: str  # models.quality Expectation.name
+    column: str | None
+    success: bool
+    observed: str
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    table: str
+    results: tuple[ExpectationResult, ...]
+    rows: int
+    table_version: int | None = None
+
+    @property
+    def success(self) -> bool:
+        return all(r.success for r in self.results)
+
+    @property
+    def failed(self) -> tuple[ExpectationResult, ...]:
+        return tuple(r for r in self.results if not r.success)
+
+    def line(self) -> str:
+        """One line per suite for the console, naming each broken expectation."""
+        head = f"{self.table}_suite: "
+        n = len(self.results)
+        if self.success:
+            return f"{head}PASS {n}/{n} expectations ({self.rows} rows)"
+        broken = "; ".join(f"{r.expectation} [{r.observed}]" for r in self.failed)
+        return f"{head}FAIL {len(self.failed)}/{n} expectations failed ({self.rows} rows): {broken}"
+
+
+@dataclass(frozen=True)
+class QualityReport:
+    run_id: str
+    run_at: datetime
+    suites: tuple[SuiteResult, ...]
+    skipped: tuple[str, ...] = field(default=())  # tables absent from the lake
+
+    @property
+    def success(self) -> bool:
+        return all(s.success for s in self.suites)
+
+    @property
+    def failed_suites(self) -> tuple[SuiteResult, ...]:
+        return tuple(s for s in self.suites if not s.success)
+
+    def suite(self, table: str) -> SuiteResult:
+        for s in self.suites:
+            if s.table == table:
+                return s
+        raise KeyError(table)
+
+    def summary(self) -> str:
+        n = sum(len(s.results) for s in self.suites)
+        bad = sum(len(s.failed) for s in self.suites)
+        verdict = "passed" if self.success else f"FAILED ({', '.join(s.table for s in self.failed_suites)})"
+        return f"check {verdict}: {len(self.suites)} suites, {n} expectations, {bad} failed"
+
+
+# ---------------------------------------------------------------------------------------------- derived columns
+def _pairs_column(from_col: Column, to_col: Column, pairs: Iterable[tuple[str, str]]) -> Column:
+    from pyspark.sql import functions as F
+
+    cond = F.lit(False)
+    for a, b in sorted(pairs):
+        cond = cond | ((from_col == F.lit(a)) & (to_col == F.lit(b)))
+    return cond
+
+
+def _legal_flag_consistent(df: DataFrame, table: str, kafka_version: str | None) -> DataFrame:
+    """legal must equal Kafka's table; without a version, pairs whose legality changed in 2.3 accept both."""
+    from pyspark.sql import functions as F
+
+    if table == "partition_transitions":
+        always = legal_pairs(partition_valid_previous(kafka_version) if kafka_version else PARTITION_VALID_PREVIOUS)
+        sometimes: frozenset[tuple[str, str]] = always
+    elif kafka_version:
+        always = sometimes = legal_pairs(replica_valid_previous(kafka_version))
+    else:
+        before, after = legal_pairs(REPLICA_VALID_PREVIOUS_BEFORE_2_3), legal_pairs(REPLICA_VALID_PREVIOUS_FROM_2_3)
+        always, sometimes = before & after, before | after
+    fr, to, legal = F.col("from_state"), F.col("to_state"), F.col("legal")
+    must_be_legal = _pairs_column(fr, to, always)
+    may_be_legal = _pairs_column(fr, to, sometimes)
+    ok = F.when(must_be_legal, legal).when(may_be_legal, F.lit(True)).otherwise(~legal)
+    return df.withColumn(mq.Derived.LEGAL_FLAG_CONSISTENT.value, F.coalesce(ok, F.lit(False)))
+
+
+def _partition_known(df: DataFrame, reference: Mapping[str, DataFrame]) -> DataFrame:
+    """Small left join against the distinct (cluster, topic, partition) of metadata_events."""
+    from pyspark.sql import functions as F
+
+    meta = reference["metadata_events"]
+    known = (
+        meta.where(F.col("topic").isNotNull() & F.col("partition").isNotNull())
+        .select("cluster", "topic", "partition")
+        .distinct()
+        .withColumn("_known", F.lit(True))
+    )
+    joined = df.join(known, on=["cluster", "topic", "partition"], how="left")
+    return joined.withColumn(mq.Derived.PARTITION_KNOWN.value, F.coalesce(F.col("_known"), F.lit(False))).drop(
+        "_known"
+    )
+
+
+def _tenure_ordered(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    ok = F.col("end_zxid").isNull() | F.col("start_zxid").isNull() | (F.col("end_zxid") >= F.col("start_zxid"))
+    return df.withColumn(mq.Derived.TENURE_ORDERED.value, ok)
+
+
+def add_derived(
+    df: DataFrame,
+    suite: mq.Suite,
+    reference: Mapping[str, DataFrame],
+    kafka_version: str | None = None,
+) -> tuple[DataFrame, mq.Suite]:
+    """Add the suite's derived columns; drop derived checks whose reference table is not at hand."""
+    skipped: set[str] = set()
+    for d in suite.derived:
+        if d is mq.Derived.LEGAL_FLAG_CONSISTENT:
+            df = _legal_flag_consistent(df, suite.table, kafka_version)
+        elif d is mq.Derived.PARTITION_KNOWN:
+            if "metadata_events" not in reference:
+                log.info("%s: no metadata_events at hand, %s not checked", suite.table, d.value)
+                skipped.add(d.value)
+                continue
+            df = _partition_known(df, reference)
+        elif d is mq.Derived.TENURE_ORDERED:
+            df = _tenure_ordered(df)
+    if skipped:
+        kept = tuple(e for e in suite.expectations if e.column not in skipped)
+        suite = mq.Suite(suite.table, kept, tuple(d for d in suite.derived if d.value not in skipped))
+    return df, suite
+
+
+# ---------------------------------------------------------------------------------------------- GX glue
+def _gx_expectation(e: mq.Expectation) -> Any:
+    import great_expectations.expectations as gxe
+
+    meta = {"zkledger": e.name}
+    match e.check:
+        case mq.Check.COLUMNS_PRESENT:
+            return gxe.ExpectTableColumnsToMatchSet(column_set=list(e.columns), exact_match=False, meta=meta)
+        case mq.Check.COLUMN_TYPE:
+            type_ = SPARK_TYPE_NAMES[e.type_name or ""]
+            return gxe.ExpectColumnValuesToBeOfType(column=e.column, type_=type_, meta=meta)
+        case mq.Check.NOT_NULL:
+            return gxe.ExpectColumnValuesToNotBeNull(column=e.column, meta=meta)
+        case mq.Check.UNIQUE:
+            return gxe.ExpectColumnValuesToBeUnique(column=e.column, meta=meta)
+        case mq.Check.COMPOUND_UNIQUE:
+            return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(e.columns), meta=meta)
+        case mq.Check.IN_SET:
+            return gxe.ExpectColumnValuesToBeInSet(column=e.column, value_set=list(e.values), meta=meta)
+        case mq.Check.MIN_VALUE:
+            return gxe.ExpectColumnValuesToBeBetween(column=e.column, min_value=e.min_value, meta=meta)
+        case mq.Check.ALL_TRUE:
+            return gxe.ExpectColumnValuesToBeInSet(column=e.column, value_set=[True], meta=meta)
+    raise ValueError(f"unknown check {e.check}")
+
+
+class _Validator:
+    """One GX context reused for every suite of a run (building it is the slow part)."""
+
+    def __init__(self) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)
+        self._gx = gx
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        self.source = self.context.data_sources.add_spark("zkledger", persist=False)
+        self._n = 0
+
+    def validate(self, suite: mq.Suite, df: DataFrame, table_version: int | None = None) -> SuiteResult:
+        gx = self._gx
+        self._n += 1
+        name = f"{suite.table}_{self._n}"
+        asset = self.source.add_dataframe_asset(name)
+        batch_def = asset.add_batch_definition_whole_dataframe(name)
+        gx_suite = self.context.suites.add(gx.ExpectationSuite(name=f"{suite.name}_{self._n}"))
+        by_name: dict[str, mq.Expectation] = {}
+        for e in suite.expectations:
+            gx_suite.add_expectation(_gx_expectation(e))
+            by_name[e.name] = e
+        vd = self.context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch_def, suite=gx_suite))
+        checkpoint = self.context.checkpoints.add(
+            gx.Checkpoint(name=name, validation_definitions=[vd], result_format={"result_format": "BASIC"})
+        )
+        run = checkpoint.run(batch_parameters={"dataframe": df})
+        rows = df.count()  # cached: free
+        results: list[ExpectationResult] = []
+        for vr in run.run_results.values():
+            for r in vr.results:
+                key = str((r.expectation_config.meta or {}).get("zkledger"))
+                e = by_name[key]
+                results.append(
+                    ExpectationResult(suite.table, e.name, e.column, bool(r.success), _observed(r.result, r.exception_info))
+                )
+        order = {e.name: i for i, e in enumerate(suite.expectations)}
+        results.sort(key=lambda x: order[x.expectation])
+        return SuiteResult(suite.table, tuple(results), rows, table_version)
+
+
+def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> str:
+    """A short text of what GX saw: the observed value, or the unexpected count and a few examples."""
+    result = result or {}
+    raised = exception_info.get("raised_exception") if isinstance(exception_info, Mapping) else False
+    if raised:
+        text = f"error: {exception_info.get('exception_message')}"
+    elif "unexpected_count" in result:
+        examples = result.get("partial_unexpected_list") or []
+        text = f"{result['unexpected_count']} unexpected"
+        if examples:
+            text += f", e.g. {json.dumps(examples[:5], default=str)}"
+    elif "observed_value" in result:
+        text = json.dumps(result["observed_value"], default=str)
+    else:
+        text = ""
+    return text if len(text) <= _OBSERVED_MAX else text[: _OBSERVED_MAX - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+def run_quality_on_batch(
+    spark: SparkSession,
+    df_by_table: Mapping[str, DataFrame],
+    *,
+    reference: Mapping[str, DataFrame] | None = None,
+    kafka_version: str | None = None,
+    table_versions: Mapping[str, int | None] | None = None,
+) -> QualityReport:
+    """Validate the given DataFrames (one suite each); writes nothing.
+
+    ``reference`` holds tables cross-table checks join against (default: ``df_by_table``); a derived
+    check whose reference is missing is left out rather than failed. Unknown table names raise UserError.
+    """
+    unknown = sorted(set(df_by_table) - set(mq.SUITES))
+    if unknown:
+        raise UserError(f"no quality suite for table(s): {', '.join(unknown)}")
+    del spark  # the DataFrames carry their session; kept for the foreachBatch call shape
+    reference = dict(df_by_table) if reference is None else {**df_by_table, **reference}
+    run_at = datetime.now(UTC)
+    validator = _Validator()
+    suites = []
+    for table, df in df_by_table.items():
+        derived_df, suite = add_derived(df, mq.SUITES[table], reference, kafka_version)
+        cached = derived_df.cache()
+        try:
+            result = validator.validate(suite, cached, (table_versions or {}).get(table))
+        finally:
+            cached.unpersist()
+        log.info("%s", result.line())
+        suites.append(result)
+    return QualityReport(uuid.uuid4().hex[:16], run_at, tuple(suites))
+
+
+def run_quality(
+    spark: SparkSession,
+    lake: Lake,
+    *,
+    tables: Iterable[str] | None = None,
+    kafka_version: str | None = None,
+    write_results: bool = True,
+) -> QualityReport:
+    """Validate the current snapshot of each table (all of models.tables by default) in the lake."""
+    from lakehouse.spark_io import read_table
+
+    wanted = list(tables) if tables is not None else list(ALL_TABLES)
+    bad = [t for t in wanted if t not in mq.SUITES]
+    if bad:
+        raise UserError(f"unknown table(s): {', '.join(bad)} (known: {', '.join(ALL_TABLES)})")
+    present = [t for t in wanted if lake.exists(t)]
+    skipped = tuple(t for t in wanted if t not in present)
+    versions = {t: lake.version(t) for t in present}
+    frames = {t: read_table(spark, lake, t, version=versions[t]) for t in present}
+    reference = dict(frames)
+    if "metadata_events" not in reference and lake.exists("metadata_events"):
+        reference["metadata_events"] = read_table(spark, lake, "metadata_events")
+    report = run_quality_on_batch(spark, frames, reference=reference, kafka_version=kafka_version,
+                                  table_versions=versions)
+    report = QualityReport(report.run_id, report.run_at, report.suites, skipped)
+    if write_results:
+        store_results(lake, report)
+        write_results_html(lake, report)
+    return report
+
+
+def result_rows(report: QualityReport) -> list[dict[str, Any]]:
+    """quality_results rows (models.tables.QUALITY_RESULTS), one per expectation result."""
+    return [
+        {
+            "run_id": report.run_id,
+            "run_at": report.run_at,
+            "table_name": r.table,
+            "expectation": r.expectation,
+            "column": r.column,
+            "success": r.success,
+            "observed": r.observed,
+            "table_version": s.table_version,
+        }
+        for s in report.suites
+        for r in s.results
+    ]
+
+
+def store_results(lake: Lake, report: QualityReport) -> None:
+    rows = result_rows(report)
+    if rows:
+        # one writer per run: the run id is fresh, so batch 0 is always new
+        lake.append("quality_results", rows, writer_id=f"check:{report.run_id}", batch_seq=0)
+
+
+def results_html(report: QualityReport) -> str:
+    """A small self-contained page of one run (our stand-in for GX data docs: no assets, no JS)."""
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>zkledger quality</title><style>",
+        "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 2em}",
+        "td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}.ok{color:#1a7f37}.bad{color:#c62828;"
+        "font-weight:600}code{font-size:12px}",
+        "</style></head><body>",
+        f"<h1>zkledger check {e(report.run_id)}</h1><p>{e(report.run_at.isoformat())} — {e(report.summary())}</p>",
+    ]
+    if report.skipped:
+        parts.append(f"<p>absent tables (not checked): {e(', '.join(report.skipped))}</p>")
+    for s in report.suites:
+        cls = "ok" if s.success else "bad"
+        verdict = "PASS" if s.success else "FAIL"
+        parts.append(f"<h2 class='{cls}'>{e(s.table)}_suite: {verdict}</h2>")
+        parts.append(f"<p>{s.rows} rows, table version {e(str(s.table_version))}</p>")
+        parts.append("<table><tr><th>expectation</th><th>result</th><th>observed</th></tr>")
+        for r in s.results:
+            rc = "ok" if r.success else "bad"
+            parts.append(
+                f"<tr><td><code>{e(r.expectation)}</code></td><td class='{rc}'>{'ok' if r.success else 'FAILED'}"
+                f"</td><td><code>{e(r.observed)}</code></td></tr>"
+            )
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_results_html(lake: Lake, report: QualityReport) -> str:
+    """Write ``<lake>/_quality/<run_id>.html`` and ``index.html`` (the latest run); returns the index path."""
+    folder = os.path.join(lake.root, QUALITY_DIR)
+    os.makedirs(folder, exist_ok=True)
+    page = results_html(report)
+    with open(os.path.join(folder, f"{report.run_id}.html"), "w", encoding="utf-8") as fh:
+        fh.write(page)
+    index = os.path.join(folder, "index.html")
+    with open(index, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return index
