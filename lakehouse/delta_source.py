@@ -1,0 +1,173 @@
+"""A Structured Streaming source over a Delta table, as a PySpark Python Data Source (no Delta jars needed).
+
+Offsets are Delta table versions: ``{"version": v}`` means "every version <= v has been emitted". A
+micro-batch ``(start, end]`` reads the Parquet files that the commits ``start+1 .. end`` added
+(``add`` actions with ``dataChange=true`` in ``_delta_log/<v>.json``, the Delta protocol's commit files),
+so each row of an append-only table is emitted exactly once. A commit that removes data (overwrite,
+delete, merge) cannot be expressed as new rows: the source refuses it with a clear error. Compaction
+(``optimize``: remove+add with ``dataChange=false``) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from lakehouse.arrow_schema import arrow_schema
+from lakehouse.spark_schema import spark_schema
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "zkledger_delta"
+_LOG_DIR = "_delta_log"
+
+
+class DeltaChangeNotSupported(RuntimeError):
+    """A Delta commit removed data: an append-only stream cannot replay it."""
+
+
+def latest_version(path: str) -> int:
+    """The newest committed version (-1 when the table does not exist yet), from the log's file names."""
+    try:
+        names = os.listdir(os.path.join(path, _LOG_DIR))
+    except FileNotFoundError:
+        return -1
+    versions = [int(n[:20]) for n in names if n.endswith(".json") and len(n) == 25 and n[:20].isdigit()]
+    return max(versions, default=-1)
+
+
+def added_files(path: str, version: int) -> list[str]:
+    """Absolute paths of the data files commit ``version`` added (raises on commits that removed data)."""
+    commit = os.path.join(path, _LOG_DIR, f"{version:020d}.json")
+    try:
+        with open(commit, encoding="utf-8") as f:
+            actions = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        raise DeltaChangeNotSupported(
+            f"{path}: commit {version} is no longer in the Delta log (log cleanup?); restart the stream "
+            "from a new checkpoint"
+        ) from None
+    files: list[str] = []
+    for action in actions:
+        remove = action.get("remove")
+        if remove is not None and remove.get("dataChange", True):
+            raise DeltaChangeNotSupported(
+                f"{path}: version {version} removes data (overwrite/delete); the append-only stream "
+                "cannot replay it, read it as a batch snapshot instead"
+            )
+        add = action.get("add")
+        if add is not None and add.get("dataChange", True):
+            if add.get("deletionVector"):
+                raise DeltaChangeNotSupported(f"{path}: version {version} uses deletion vectors")
+            files.append(_resolve(path, add["path"]))
+    return files
+
+
+def _resolve(table_path: str, file_path: str) -> str:
+    if "://" in file_path:
+        return unquote(urlparse(file_path).path)
+    return os.path.join(table_path, unquote(file_path))
+
+
+class FilePartition(InputPartition):
+    """One added Parquet file of one Delta version."""
+
+    def __init__(self, version: int, file: str) -> None:
+        super().__init__((version, file))
+        self.version = version
+        self.file = file
+
+
+class DeltaVersionStreamReader(DataSourceStreamReader):
+    """Reads each new Delta version's added files once; optional admission control in versions.
+
+    Spark 4.1's Python sources have no admission-control hook (``latestOffset`` gets no start offset), so
+    the cap is kept here from the offsets Spark plans and commits. It suits processing-time triggers; with
+    ``trigger(availableNow=True)`` Spark asks for the target once, so a capped run stops after one batch
+    of at most ``max_versions`` versions (the next run goes on from there): leave the cap unset there.
+    """
+
+    def __init__(self, path: str, table: str, max_versions: int | None) -> None:
+        self.path = path
+        self.table = table
+        self.max_versions = max_versions
+        # The highest end offset Spark has planned or committed, to cap the next batch (admission control).
+        self._known_end: int | None = None
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+        return {"version": -1}
+
+    def latestOffset(self) -> dict[str, Any]:  # noqa: N802
+        latest = latest_version(self.path)
+        if self.max_versions is not None:
+            # Spark calls commit(last end) before this on a restart; None means a fresh query (from -1).
+            known = -1 if self._known_end is None else self._known_end
+            latest = min(latest, known + self.max_versions)
+        return {"version": latest}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        first, last = int(start["version"]) + 1, int(end["version"])
+        self._note_end(last)
+        parts: list[InputPartition] = []
+        for v in range(first, last + 1):
+            parts.extend(FilePartition(v, f) for f in added_files(self.path, v))
+        log.debug("%s: versions %d..%d -> %d file(s)", self.table, first, last, len(parts))
+        return parts
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._note_end(int(end["version"]))
+
+    def _note_end(self, end: int) -> None:
+        self._known_end = end if self._known_end is None else max(self._known_end, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FilePartition)
+        data = conform_file(self.table, pq.read_table(partition.file))
+        yield from data.to_batches()
+
+
+def conform_file(table: str, data: pa.Table) -> pa.Table:
+    """A data file's rows in the spec's column order and types (null for columns added later)."""
+    schema = arrow_schema(table)
+    n = data.num_rows
+    cols = [
+        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(n, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(cols, names=schema.names)
+
+
+class DeltaVersionSource(DataSource):
+    """``spark.readStream.format("zkledger_delta").option("path", ...).option("table", ...)``.
+
+    Options (strings, as Spark passes them): ``path`` (table folder), ``table`` (models.tables name, gives
+    the schema), ``maxVersionsPerTrigger`` (optional admission control).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return spark_schema(self._option("table"), nullable=True)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        raw = self.options.get("maxVersionsPerTrigger")
+        max_versions = int(raw) if raw else None
+        if max_versions is not None and max_versions < 1:
+            raise ValueError("maxVersionsPerTrigger must be >= 1")
+        return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions)
+
+    def _option(self, key: str) -> str:
+        value = self.options.get(key)
+        if not value:
+            raise ValueError(f"{SOURCE_NAME}: option {key!r} is required")
+        return str(value)

@@ -1,0 +1,126 @@
+"""Spark over the lake: snapshot reads, a streaming source (one Delta version at a time), a foreachBatch sink.
+
+Engine choice lives in ``_engine`` only: a session with Delta's JVM classes uses ``format("delta")``;
+otherwise (this machine: no Maven, so no Delta jars) Spark reads the Parquet files of a delta-rs snapshot
+and writes go through ``Lake`` (delta-rs).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from lakehouse.lake import Lake, WriteMode, crash_point
+from lakehouse.spark_schema import spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+ENGINE_CONF = "zkledger.lake.engine"
+"""Spark conf forcing the engine: ``delta`` (Delta jars present) or ``delta-rs`` (default without jars)."""
+
+Engine = Literal["delta", "delta-rs"]
+
+
+def _engine(spark: SparkSession) -> Engine:
+    """Which engine reads/streams Delta in this session: the ONE place this is decided."""
+    forced = spark.conf.get(ENGINE_CONF, None)
+    if forced in ("delta", "delta-rs"):
+        return forced  # type: ignore[return-value]
+    if forced:
+        raise ValueError(f"{ENGINE_CONF} must be 'delta' or 'delta-rs', got {forced!r}")
+    extensions = spark.conf.get("spark.sql.extensions", None) or ""
+    return "delta" if "io.delta.sql.DeltaSparkSessionExtension" in extensions else "delta-rs"
+
+
+def read_table(
+    spark: SparkSession,
+    lake: Lake,
+    table: str,
+    version: int | None = None,
+    as_of: datetime | None = None,
+) -> DataFrame:
+    """A snapshot of a table as a DataFrame with the models.tables schema (empty table -> empty DataFrame)."""
+    schema = spark_schema(table, nullable=True)
+    if _engine(spark) == "delta":
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        if as_of is not None:
+            reader = reader.option("timestampAsOf", as_of.isoformat())
+        return reader.load(lake.table_path(table)).select(*schema.fieldNames())
+    snap = lake.snapshot(table, version=version, as_of=as_of)
+    if _needs_delta_rs_scan(snap):
+        # Partition values / deletion vectors / column mapping are not in the Parquet files themselves.
+        return spark.createDataFrame(lake.conform_read(table, snap.to_pyarrow_table()), schema=schema)
+    files = snap.file_uris()
+    if not files:
+        return spark.createDataFrame([], schema)
+    # Spark's own Parquet reader with the spec schema: columns missing from older files read as null.
+    return spark.read.schema(schema).parquet(*files)
+
+
+def _needs_delta_rs_scan(snap: object) -> bool:
+    from deltalake import DeltaTable
+
+    assert isinstance(snap, DeltaTable)
+    protocol = snap.protocol()
+    features = set(protocol.reader_features or [])
+    return bool(snap.metadata().partition_columns) or bool(features - {"timestampNtz"}) or (
+        protocol.min_reader_version > 1 and not features
+    )
+
+
+def write_batch(
+    df: DataFrame,
+    lake: Lake,
+    table: str,
+    writer_id: str,
+    batch_seq: int,
+    mode: WriteMode = "append",
+) -> bool:
+    """Write a (micro-)batch DataFrame once per ``(writer_id, batch_seq)``; for ``foreachBatch``.
+
+    Use ``batch_seq = batch_id``: Spark replays an uncommitted micro-batch with the same id after a
+    restart, and the Delta app transaction makes the replay a no-op. v1 collects the batch to the driver
+    as Arrow (``df.toArrow()``): fine for micro-batches, not for huge backfills.
+    """
+    last = lake.last_batch_seq(table, writer_id)
+    if last is not None and last >= batch_seq:
+        log.info("%s: micro-batch %s/%d already committed, skipped", table, writer_id, batch_seq)
+        return False
+    data = df.toArrow()
+    crash_point("before_write", batch_seq)
+    if mode == "append":
+        return lake.append(table, data, writer_id=writer_id, batch_seq=batch_seq)
+    if mode == "overwrite":
+        return lake.overwrite(table, data, writer_id=writer_id, batch_seq=batch_seq)
+    raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+
+
+def stream_table(
+    spark: SparkSession,
+    lake: Lake,
+    table: str,
+    max_versions_per_trigger: int | None = None,
+) -> DataFrame:
+    """A streaming DataFrame emitting each Delta version's new rows once (offsets = table versions).
+
+    ``max_versions_per_trigger`` caps how many versions one micro-batch takes (admission control).
+    An overwrite/delete version in the source stops the query with ``DeltaChangeNotSupported``.
+    """
+    if _engine(spark) == "delta":
+        # Delta's own source has no per-version cap; it is left unbounded here.
+        return spark.readStream.format("delta").load(lake.table_path(table))
+    from lakehouse.delta_source import SOURCE_NAME, DeltaVersionSource
+
+    spark.dataSource.register(DeltaVersionSource)
+    reader = (
+        spark.readStream.format(SOURCE_NAME).option("path", lake.table_path(table)).option("table", table)
+    )
+    if max_versions_per_trigger is not None:
+        reader = reader.option("maxVersionsPerTrigger", str(max_versions_per_trigger))
+    return reader.load()
