@@ -103,10 +103,10 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
         # The highest end offset Spark has planned or committed, to cap the next batch (admission control).
         self._known_end: int | None = None
 
-    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+    def initialOffset(self) -> dict[str, Any]:
         return {"version": -1}
 
-    def latestOffset(self) -> dict[str, Any]:  # noqa: N802
+    def latestOffset(self) -> dict[str, Any]:
         latest = latest_version(self.path)
         if self.max_versions is not None:
             # Spark calls commit(last end) before this on a restart; None means a fresh query (from -1).
@@ -159,7 +159,7 @@ class DeltaVersionSource(DataSource):
     def schema(self) -> StructType:
         return spark_schema(self._option("table"), nullable=True)
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         raw = self.options.get("maxVersionsPerTrigger")
         max_versions = int(raw) if raw else None
         if max_versions is not None and max_versions < 1:
