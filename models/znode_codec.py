@@ -1,0 +1,948 @@
+"""Znode payload codec: ZooKeeper change -> typed ``MetadataEvent`` s, and the inverse ``encode_*``.
+
+Ground truth is kafka-zk-metadata.md §1 (``core/src/main/scala/kafka/zk/ZkData.scala`` at 1.1.0 … 3.8.0,
+``utils/ZkUtils.scala`` at 1.0.0). Decoding never depends on JSON key order. The ``encode_*`` family
+reproduces the exact bytes Kafka writes, including the key order of Scala's hashed maps (see
+``scala_immutable_order`` / ``scala_mutable_order``), so a simulator can write realistic payloads.
+
+The payload field specs are plain data (``PAYLOAD_SPECS``) so the Spark pipeline can mirror decoding
+with ``from_json``/``get_json_object``; the decoder itself validates through the same specs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, NamedTuple
+
+from models.errors import MalformedZnodeError
+from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
+from models.states import parse_kafka_version
+
+log = logging.getLogger(__name__)
+
+T = MetadataEventType
+
+
+# --------------------------------------------------------------------------------------------- paths
+class PathKind(StrEnum):
+    """What a znode path is, in Kafka's ZK layout (kafka-zk-metadata.md §1)."""
+
+    CONTROLLER = "controller"  # /controller (ephemeral)
+    CONTROLLER_EPOCH = "controller_epoch"  # /controller_epoch, plain decimal
+    BROKER = "broker"  # /brokers/ids/<id> (ephemeral registration)
+    BROKER_SEQID = "broker_seqid"  # /brokers/seqid (id generation, empty)
+    TOPIC = "topic"  # /brokers/topics/<t> (assignment)
+    PARTITION = "partition"  # /brokers/topics/<t>/partitions[/<p>] (empty containers)
+    PARTITION_STATE = "partition_state"  # /brokers/topics/<t>/partitions/<p>/state
+    CONFIG = "config"  # /config/<entity_type>/<entity_name>
+    CONFIG_CHANGE = "config_change"  # /config/changes/config_change_<seq>
+    DELETE_TOPIC = "delete_topic"  # /admin/delete_topics/<t>
+    REASSIGNMENT = "reassignment"  # /admin/reassign_partitions
+    PREFERRED_ELECTION = "preferred_election"  # /admin/preferred_replica_election
+    ISR_CHANGE = "isr_change"  # /isr_change_notification/isr_change_<seq>
+    LOG_DIR_EVENT = "log_dir_event"  # /log_dir_event_notification/log_dir_event_<seq>
+    CLUSTER_ID = "cluster_id"  # /cluster/id
+    PRODUCER_ID_BLOCK = "producer_id_block"  # /latest_producer_id_block
+    FEATURE = "feature"  # /feature (2.7+)
+    MIGRATION = "migration"  # /migration (3.4+)
+    OTHER = "other"  # anything zkledger does not model
+
+
+class PathInfo(NamedTuple):
+    kind: PathKind
+    topic: str | None = None
+    partition: int | None = None
+    broker: int | None = None
+
+
+_NAME = r"([^/]+)"
+_PATH_RULES: Final[tuple[tuple[re.Pattern[str], PathKind], ...]] = tuple(
+    (re.compile(rx), kind)
+    for rx, kind in (
+        (r"^/controller$", PathKind.CONTROLLER),
+        (r"^/controller_epoch$", PathKind.CONTROLLER_EPOCH),
+        (r"^/brokers/ids/(?P<broker>\d+)$", PathKind.BROKER),
+        (r"^/brokers/seqid$", PathKind.BROKER_SEQID),
+        (rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})$", PathKind.TOPIC),
+        (rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})/partitions(?:/(?P<partition>\d+))?$", PathKind.PARTITION),
+        (rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})/partitions/(?P<partition>\d+)/state$", PathKind.PARTITION_STATE),
+        (r"^/config/changes/config_change_\d+$", PathKind.CONFIG_CHANGE),
+        (r"^/config/(?P<etype>topics|clients|users|brokers|ips)/(?P<ename>.+)$", PathKind.CONFIG),
+        (rf"^/admin/delete_topics/(?P<topic>{_NAME[1:-1]})$", PathKind.DELETE_TOPIC),
+        (r"^/admin/reassign_partitions$", PathKind.REASSIGNMENT),
+        (r"^/admin/preferred_replica_election$", PathKind.PREFERRED_ELECTION),
+        (r"^/isr_change_notification/isr_change_\d+$", PathKind.ISR_CHANGE),
+        (r"^/log_dir_event_notification/log_dir_event_\d+$", PathKind.LOG_DIR_EVENT),
+        (r"^/cluster/id$", PathKind.CLUSTER_ID),
+        (r"^/latest_producer_id_block$", PathKind.PRODUCER_ID_BLOCK),
+        (r"^/feature$", PathKind.FEATURE),
+        (r"^/migration$", PathKind.MIGRATION),
+    )
+)
+
+PATH_PATTERNS: Final[dict[PathKind, str]] = {kind: rx.pattern for rx, kind in _PATH_RULES}
+"""Regex per path kind (Java/Spark-compatible named groups aside), for mirroring in Spark SQL."""
+
+
+def strip_chroot(path: str, chroot: str | None) -> str:
+    """Path relative to a Kafka chroot ('/kafka/brokers/ids/1' with chroot '/kafka' -> '/brokers/ids/1')."""
+    if not chroot or chroot == "/":
+        return path
+    root = chroot.rstrip("/")
+    if path == root:
+        return "/"
+    return path[len(root) :] if path.startswith(root + "/") else path
+
+
+def classify_path(path: str, chroot: str | None = None) -> PathInfo:
+    """(kind, topic, partition, broker) of a znode path; unknown paths are ``PathKind.OTHER``."""
+    rel = strip_chroot(path, chroot)
+    for rx, kind in _PATH_RULES:
+        m = rx.match(rel)
+        if m is None:
+            continue
+        groups = m.groupdict()
+        topic = groups.get("topic")
+        if kind is PathKind.CONFIG and groups.get("etype") == "topics":
+            topic = groups.get("ename")
+        part = groups.get("partition")
+        broker = groups.get("broker")
+        return PathInfo(kind, topic, int(part) if part is not None else None, int(broker) if broker else None)
+    return PathInfo(PathKind.OTHER)
+
+
+# --------------------------------------------------------------------------------------- field specs
+@dataclass(frozen=True)
+class FieldSpec:
+    """One JSON key of a payload.
+
+    ``type``: int, int_str (decimal digits; Kafka writes some numbers as JSON strings), str, str_or_null,
+    int_list, str_list, object, int_or_str. ``since``: the payload version that introduced the key;
+    ``required`` applies from that version on.
+    """
+
+    name: str
+    type: str
+    required: bool = True
+    since: int = 1
+
+
+F = FieldSpec
+PAYLOAD_SPECS: Final[dict[PathKind, tuple[FieldSpec, ...]]] = {
+    # ControllerZNode (ZkData@1.1.0 l47; @3.4.0 l60-65)
+    PathKind.CONTROLLER: (
+        F("version", "int"),
+        F("brokerid", "int"),
+        F("timestamp", "int_str", required=False),
+        F("kraftControllerEpoch", "int", required=False, since=2),
+    ),
+    # BrokerIdZNode (ZkData@3.8.0)
+    PathKind.BROKER: (
+        F("version", "int"),
+        F("host", "str_or_null"),
+        F("port", "int"),
+        F("jmx_port", "int", required=False),
+        F("timestamp", "int_str", required=False),
+        F("endpoints", "str_list", since=2),
+        F("rack", "str_or_null", required=False, since=3),
+        F("listener_security_protocol_map", "object", required=False, since=4),
+        F("features", "object", required=False, since=5),
+    ),
+    # TopicZNode
+    PathKind.TOPIC: (
+        F("version", "int"),
+        F("partitions", "object"),
+        F("adding_replicas", "object", required=False, since=2),
+        F("removing_replicas", "object", required=False, since=2),
+        F("topic_id", "str", required=False, since=3),
+    ),
+    # TopicPartitionStateZNode (version 1 in every release)
+    PathKind.PARTITION_STATE: (
+        F("version", "int"),
+        F("leader", "int"),
+        F("leader_epoch", "int"),
+        F("controller_epoch", "int"),
+        F("isr", "int_list"),
+        F("leader_recovery_state", "int", required=False),
+    ),
+    PathKind.CONFIG: (F("version", "int"), F("config", "object")),
+    PathKind.CONFIG_CHANGE: (
+        F("version", "int"),
+        F("entity_type", "str", required=False),
+        F("entity_name", "str", required=False),
+        F("entity_path", "str", required=False, since=2),
+    ),
+    PathKind.REASSIGNMENT: (F("version", "int"), F("partitions", "list")),
+    PathKind.PREFERRED_ELECTION: (F("version", "int"), F("partitions", "list")),
+    PathKind.ISR_CHANGE: (F("version", "int"), F("partitions", "list")),
+    PathKind.LOG_DIR_EVENT: (F("version", "int"), F("broker", "int"), F("event", "int")),
+    PathKind.CLUSTER_ID: (F("version", "int_or_str"), F("id", "str")),
+    PathKind.PRODUCER_ID_BLOCK: (
+        F("version", "int"),
+        F("broker", "int"),
+        F("block_start", "int_str"),
+        F("block_end", "int_str"),
+    ),
+    PathKind.FEATURE: (F("version", "int"), F("status", "int"), F("features", "object")),
+    PathKind.MIGRATION: (
+        F("version", "int"),
+        F("kraft_controller_id", "int"),
+        F("kraft_controller_epoch", "int"),
+        F("kraft_metadata_offset", "int"),
+        F("kraft_metadata_epoch", "int"),
+    ),
+}
+
+PAYLOAD_VERSIONS: Final[dict[PathKind, frozenset[int]]] = {
+    PathKind.CONTROLLER: frozenset({1, 2}),
+    PathKind.BROKER: frozenset({1, 2, 3, 4, 5}),
+    PathKind.TOPIC: frozenset({1, 2, 3}),
+    PathKind.PARTITION_STATE: frozenset({1}),
+    PathKind.CONFIG: frozenset({1}),
+    PathKind.CONFIG_CHANGE: frozenset({1, 2}),
+    PathKind.REASSIGNMENT: frozenset({1}),
+    PathKind.PREFERRED_ELECTION: frozenset({1}),
+    PathKind.ISR_CHANGE: frozenset({1}),
+    PathKind.LOG_DIR_EVENT: frozenset({1}),
+    PathKind.CLUSTER_ID: frozenset({1}),
+    PathKind.PRODUCER_ID_BLOCK: frozenset({1}),
+    PathKind.FEATURE: frozenset({1, 2}),
+    PathKind.MIGRATION: frozenset({0}),
+}
+
+LEADER_NONE: Final = -1  # no leader: the partition is offline (I5)
+LEADER_DURING_DELETE: Final = -2  # only inside UpdateMetadata requests, never in ZK (CCM@3.8.0 l477)
+LEADER_RECOVERING: Final = 1  # leader_recovery_state RECOVERING (KIP-704, 3.2+)
+
+
+class _Bad(Exception):
+    """Internal: a reason a payload is malformed (turned into MalformedZnodeError with path and zxid)."""
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_str(v: object, name: str) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+        return int(v)
+    raise _Bad(f"{name} must be a decimal number, got {v!r}")
+
+
+def _check_type(name: str, type_: str, v: object) -> object:
+    ok: bool
+    if type_ == "int":
+        ok = _is_int(v)
+    elif type_ == "int_str":
+        return _int_str(v, name)
+    elif type_ == "str":
+        ok = isinstance(v, str)
+    elif type_ == "str_or_null":
+        ok = v is None or isinstance(v, str)
+    elif type_ == "int_or_str":
+        ok = _is_int(v) or isinstance(v, str)
+    elif type_ == "int_list":
+        ok = isinstance(v, list) and all(_is_int(x) for x in v)
+    elif type_ == "str_list":
+        ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+    elif type_ == "object":
+        ok = isinstance(v, dict)
+    elif type_ == "list":
+        ok = isinstance(v, list)
+    else:  # pragma: no cover - spec typo
+        raise AssertionError(f"unknown field type {type_}")
+    if not ok:
+        raise _Bad(f"{name} must be {type_}, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _validate(kind: PathKind, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``obj`` against PAYLOAD_SPECS[kind]; return the typed fields present (int_str -> int)."""
+    specs = PAYLOAD_SPECS[kind]
+    version = obj.get("version")
+    if version is None:
+        raise _Bad("missing required key 'version'")
+    vnum = _payload_version(kind, version)
+    out: dict[str, Any] = {}
+    for spec in specs:
+        if spec.name not in obj:
+            if spec.required and vnum >= spec.since:
+                raise _Bad(f"missing required key {spec.name!r} (payload version {vnum})")
+            continue
+        out[spec.name] = _check_type(spec.name, spec.type, obj[spec.name])
+    out["version"] = vnum
+    return out
+
+
+def _payload_version(kind: PathKind, version: object) -> int:
+    if kind is PathKind.CLUSTER_ID and isinstance(version, str) and version.isdigit():
+        vnum = int(version)  # /cluster/id writes "version":"1" (a string)
+    elif _is_int(version):
+        vnum = int(version)  # type: ignore[call-overload]
+    else:
+        raise _Bad(f"version must be an int, got {version!r}")
+    if vnum not in PAYLOAD_VERSIONS[kind]:
+        raise _Bad(f"unsupported {kind} payload version {vnum}")
+    return vnum
+
+
+def _reject_constant(name: str) -> object:
+    raise _Bad(f"non-standard JSON constant {name}")
+
+
+def _dict_no_dupes(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Bad("duplicate JSON key")
+    return out
+
+
+def _text(data: bytes | None) -> str:
+    if data is None or len(data) == 0:
+        raise _Bad("empty payload")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Bad(f"payload is not UTF-8: {e}") from e
+
+
+def _json_object(data: bytes | None) -> dict[str, Any]:
+    text = _text(data)
+    try:
+        obj = json.loads(text, object_pairs_hook=_dict_no_dupes, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise _Bad(f"bad JSON: {e.msg} at {e.pos}") from e
+    if not isinstance(obj, dict):
+        raise _Bad(f"JSON payload must be an object, got {type(obj).__name__}")
+    return obj
+
+
+# ---------------------------------------------------------------------------------------- decoders
+@dataclass(frozen=True)
+class _Ctx:
+    change: ZnodeChange
+    info: PathInfo
+    kafka_version: tuple[int, int] | None
+    rel_path: str  # the path below Kafka's chroot
+
+    def event(self, type_: MetadataEventType, **fields: Any) -> MetadataEvent:
+        c = self.change
+        base: dict[str, Any] = {
+            "zxid": c.zxid,
+            "type": type_,
+            "event_time": c.txn_time,
+            "topic": self.info.topic,
+            "partition": self.info.partition,
+            "broker": self.info.broker,
+            "zk_version": c.version,
+            "czxid": c.czxid,
+            "path": c.path,
+        }
+        base.update(fields)
+        return MetadataEvent(**base)
+
+
+def _op_name(ctx: _Ctx) -> str:
+    return str(ctx.change.op)
+
+
+def _decode_controller(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.CONTROLLER_RESIGNED)]
+    f = _validate(PathKind.CONTROLLER, _json_object(ctx.change.data))
+    kraft_epoch = f.get("kraftControllerEpoch", -1)
+    detail: dict[str, object] = {"payload_version": f["version"], "kraft_controller_epoch": kraft_epoch}
+    if "timestamp" in f:
+        detail["timestamp_ms"] = f["timestamp"]
+    # a KRaft controller registering during migration writes kraftControllerEpoch >= 0 (3.4+)
+    detail["kraft"] = kraft_epoch != -1
+    return [ctx.event(T.CONTROLLER_ELECTED, controller_id=f["brokerid"], detail=detail)]
+
+
+def _decode_controller_epoch(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.OTHER, detail={"deleted": True})]
+    text = _text(ctx.change.data).strip()
+    if not re.fullmatch(r"\d+", text):
+        raise _Bad(f"controller epoch must be a non-negative decimal, got {text[:40]!r}")
+    return [ctx.event(T.CONTROLLER_EPOCH_CHANGED, controller_epoch=int(text))]
+
+
+def _decode_broker(ctx: _Ctx) -> list[MetadataEvent]:
+    op = ctx.change.op
+    if op is ZnodeOp.DELETE:
+        return [ctx.event(T.BROKER_DEREGISTERED)]
+    f = _validate(PathKind.BROKER, _json_object(ctx.change.data))
+    detail: dict[str, object] = {"payload_version": f["version"]}
+    for key in ("host", "port", "jmx_port", "endpoints", "rack", "listener_security_protocol_map", "features"):
+        if key in f:
+            detail[key] = f[key]
+    if "timestamp" in f:
+        detail["timestamp_ms"] = f["timestamp"]
+    # KIP-380 (2.2+): the registration znode's czxid is the broker epoch
+    if ctx.change.czxid is not None and (ctx.kafka_version is None or ctx.kafka_version >= (2, 2)):
+        detail["broker_epoch"] = ctx.change.czxid
+    type_ = T.BROKER_UPDATED if op is ZnodeOp.SET else T.BROKER_REGISTERED
+    return [ctx.event(type_, detail=detail)]
+
+
+def _replica_map(name: str, raw: Mapping[str, Any]) -> dict[int, tuple[int, ...]]:
+    out: dict[int, tuple[int, ...]] = {}
+    for key, replicas in raw.items():
+        if not re.fullmatch(r"\d+", key):
+            raise _Bad(f"{name}: partition key must be a non-negative integer string, got {key!r}")
+        _check_type(f"{name}[{key}]", "int_list", replicas)
+        out[int(key)] = tuple(replicas)
+    return out
+
+
+def _decode_topic(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.TOPIC_DELETED)]
+    f = _validate(PathKind.TOPIC, _json_object(ctx.change.data))
+    partitions = _replica_map("partitions", f["partitions"])
+    adding = _replica_map("adding_replicas", f.get("adding_replicas", {}))
+    removing = _replica_map("removing_replicas", f.get("removing_replicas", {}))
+    common: dict[str, object] = {"payload_version": f["version"], "partition_count": len(partitions)}
+    if "topic_id" in f:
+        common["topic_id"] = f["topic_id"]
+    if not partitions:  # keep the observation even though Kafka never writes an empty assignment
+        return [ctx.event(T.PARTITION_ASSIGNED, detail=common)]
+    events = []
+    for p in sorted(partitions):
+        detail = dict(common)
+        if p in adding:
+            detail["adding_replicas"] = list(adding[p])
+        if p in removing:
+            detail["removing_replicas"] = list(removing[p])
+        events.append(ctx.event(T.PARTITION_ASSIGNED, partition=p, replicas=partitions[p], detail=detail))
+    return events
+
+
+def _decode_partition_state(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.PARTITION_STATE_DELETED)]
+    f = _validate(PathKind.PARTITION_STATE, _json_object(ctx.change.data))
+    leader = f["leader"]
+    if leader == LEADER_DURING_DELETE:
+        raise _Bad("leader -2 (LeaderDuringDelete) is never written to ZooKeeper")
+    if leader < LEADER_NONE:
+        raise _Bad(f"leader must be a broker id or -1, got {leader}")
+    if f["leader_epoch"] < 0 or f["controller_epoch"] < 0:
+        raise _Bad("leader_epoch and controller_epoch must be >= 0")
+    detail: dict[str, object] = {"created": ctx.change.op is ZnodeOp.CREATE}
+    if "leader_recovery_state" in f:
+        detail["leader_recovery_state"] = f["leader_recovery_state"]
+    return [
+        ctx.event(
+            T.PARTITION_STATE_WRITTEN,
+            leader=leader,
+            leader_epoch=f["leader_epoch"],
+            controller_epoch=f["controller_epoch"],
+            isr=tuple(f["isr"]),
+            detail=detail,
+        )
+    ]
+
+
+def _decode_config(ctx: _Ctx) -> list[MetadataEvent]:
+    m = re.match(r"^/config/([^/]+)/(.+)$", ctx.rel_path)
+    etype, ename = (m.group(1), m.group(2)) if m else (None, None)
+    detail: dict[str, object] = {"entity_type": etype, "entity_name": ename}
+    if ctx.change.op is ZnodeOp.DELETE:
+        detail["deleted"] = True
+        return [ctx.event(T.CONFIG_CHANGED, detail=detail)]
+    f = _validate(PathKind.CONFIG, _json_object(ctx.change.data))
+    detail["config"] = f["config"]
+    return [ctx.event(T.CONFIG_CHANGED, detail=detail)]
+
+
+def _decode_config_change(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:  # old notifications are purged by brokers: housekeeping
+        return [ctx.event(T.OTHER, detail={"notification_purged": "config_change"})]
+    f = _validate(PathKind.CONFIG_CHANGE, _json_object(ctx.change.data))
+    detail: dict[str, object] = {"notification": True, "payload_version": f["version"]}
+    if f["version"] >= 2:
+        if "entity_path" not in f:
+            raise _Bad("missing required key 'entity_path' (payload version 2)")
+        etype, _, ename = str(f["entity_path"]).partition("/")
+    else:
+        if "entity_type" not in f or "entity_name" not in f:
+            raise _Bad("config change v1 needs entity_type and entity_name")
+        etype, ename = f["entity_type"], f["entity_name"]
+    detail.update(entity_type=etype, entity_name=ename)
+    topic = ename if etype == "topics" else None
+    return [ctx.event(T.CONFIG_CHANGED, topic=topic, detail=detail)]
+
+
+def _partition_refs(raw: list[Any], with_replicas: bool) -> list[tuple[str, int, tuple[int, ...] | None]]:
+    out: list[tuple[str, int, tuple[int, ...] | None]] = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise _Bad(f"partitions[{i}] must be an object")
+        topic = item.get("topic")
+        part = item.get("partition")
+        if not isinstance(topic, str) or not isinstance(part, int) or isinstance(part, bool):
+            raise _Bad(f"partitions[{i}] needs a string topic and an int partition")
+        replicas: tuple[int, ...] | None = None
+        if with_replicas:
+            if "replicas" not in item:
+                raise _Bad(f"partitions[{i}] is missing 'replicas'")
+            _check_type(f"partitions[{i}].replicas", "int_list", item["replicas"])
+            replicas = tuple(item["replicas"])
+        out.append((topic, part, replicas))
+    return out
+
+
+def _partition_list_events(
+    ctx: _Ctx, kind: PathKind, type_: MetadataEventType, with_replicas: bool
+) -> list[MetadataEvent]:
+    f = _validate(kind, _json_object(ctx.change.data))
+    refs = _partition_refs(f["partitions"], with_replicas)
+    if not refs:  # the controller shrinks a reassignment to an empty list: keep the observation
+        return [ctx.event(type_, detail={"partition_count": 0})]
+    return [
+        ctx.event(type_, topic=t, partition=p, replicas=r, detail={"partition_count": len(refs)})
+        for t, p, r in refs
+    ]
+
+
+def _decode_reassignment(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:  # the controller deletes it when every move completed
+        return [ctx.event(T.OTHER, detail={"completed": "reassignment"})]
+    return _partition_list_events(ctx, PathKind.REASSIGNMENT, T.REASSIGNMENT_REQUESTED, with_replicas=True)
+
+
+def _decode_preferred(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.OTHER, detail={"completed": "preferred_replica_election"})]
+    return _partition_list_events(
+        ctx, PathKind.PREFERRED_ELECTION, T.PREFERRED_ELECTION_REQUESTED, with_replicas=False
+    )
+
+
+def _decode_isr_change(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:  # consumed by the controller
+        return [ctx.event(T.OTHER, detail={"notification_consumed": "isr_change"})]
+    return _partition_list_events(ctx, PathKind.ISR_CHANGE, T.ISR_CHANGE_NOTIFIED, with_replicas=False)
+
+
+def _decode_log_dir_event(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.OTHER, detail={"notification_consumed": "log_dir_event"})]
+    f = _validate(PathKind.LOG_DIR_EVENT, _json_object(ctx.change.data))
+    detail = {"event": f["event"], "log_dir_failure": f["event"] == 1}
+    return [ctx.event(T.LOG_DIR_EVENT, broker=f["broker"], detail=detail)]
+
+
+def _decode_cluster_id(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.OTHER, detail={"deleted": True})]
+    f = _validate(PathKind.CLUSTER_ID, _json_object(ctx.change.data))
+    return [ctx.event(T.CLUSTER_ID_SET, detail={"cluster_id": f["id"]})]
+
+
+def _decode_producer_id_block(ctx: _Ctx) -> list[MetadataEvent]:
+    data = ctx.change.data
+    if ctx.change.op is ZnodeOp.DELETE or not data:  # created empty before the first block is taken
+        return [ctx.event(T.PRODUCER_ID_BLOCK, detail={"empty": True})]
+    f = _validate(PathKind.PRODUCER_ID_BLOCK, _json_object(data))
+    if f["block_end"] < f["block_start"]:
+        raise _Bad(f"block_end {f['block_end']} < block_start {f['block_start']}")
+    detail = {"block_start": f["block_start"], "block_end": f["block_end"]}
+    return [ctx.event(T.PRODUCER_ID_BLOCK, broker=f["broker"], detail=detail)]
+
+
+def _decode_feature(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.OTHER, detail={"deleted": True})]
+    f = _validate(PathKind.FEATURE, _json_object(ctx.change.data))
+    detail = {"payload_version": f["version"], "status": f["status"], "features": f["features"]}
+    return [ctx.event(T.FEATURES_CHANGED, detail=detail)]
+
+
+def _decode_migration(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.OTHER, detail={"deleted": True})]
+    f = _validate(PathKind.MIGRATION, _json_object(ctx.change.data))
+    detail = {k: v for k, v in f.items() if k != "version"}
+    return [ctx.event(T.MIGRATION_STATE, controller_id=f["kraft_controller_id"], detail=detail)]
+
+
+def _decode_delete_topic(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.TOPIC_DELETION_COMPLETED)]
+    return [ctx.event(T.TOPIC_DELETION_REQUESTED)]
+
+
+def _decode_other(ctx: _Ctx) -> list[MetadataEvent]:
+    return [ctx.event(T.OTHER, detail={"op": _op_name(ctx), "kind": str(ctx.info.kind)})]
+
+
+_DECODERS: Final[dict[PathKind, Callable[[_Ctx], list[MetadataEvent]]]] = {
+    PathKind.CONTROLLER: _decode_controller,
+    PathKind.CONTROLLER_EPOCH: _decode_controller_epoch,
+    PathKind.BROKER: _decode_broker,
+    PathKind.TOPIC: _decode_topic,
+    PathKind.PARTITION_STATE: _decode_partition_state,
+    PathKind.CONFIG: _decode_config,
+    PathKind.CONFIG_CHANGE: _decode_config_change,
+    PathKind.DELETE_TOPIC: _decode_delete_topic,
+    PathKind.REASSIGNMENT: _decode_reassignment,
+    PathKind.PREFERRED_ELECTION: _decode_preferred,
+    PathKind.ISR_CHANGE: _decode_isr_change,
+    PathKind.LOG_DIR_EVENT: _decode_log_dir_event,
+    PathKind.CLUSTER_ID: _decode_cluster_id,
+    PathKind.PRODUCER_ID_BLOCK: _decode_producer_id_block,
+    PathKind.FEATURE: _decode_feature,
+    PathKind.MIGRATION: _decode_migration,
+}
+
+
+def _decode_session_op(change: ZnodeChange, info: PathInfo) -> list[MetadataEvent] | None:
+    """Non-znode ops: session close, failed multi, collection gap (None when ``change`` is a znode op)."""
+    ctx = _Ctx(change, info, None, change.path)
+    if change.op is ZnodeOp.CLOSE_SESSION:
+        return [ctx.event(T.SESSION_CLOSED, detail={"session_id": change.session_id})]
+    if change.op is ZnodeOp.CREATE_SESSION:
+        return [ctx.event(T.OTHER, detail={"op": "CREATE_SESSION", "session_id": change.session_id})]
+    if change.op is ZnodeOp.MULTI_FAILED:
+        # 2.1+ fencing: every controller write is multi(check /controller_epoch version, op) (KZC@3.8.0 l1969)
+        fenced = info.kind is PathKind.CONTROLLER_EPOCH
+        type_ = T.CONTROLLER_WRITE_FENCED if fenced else T.OTHER
+        return [ctx.event(type_, detail={"failed_check": change.path, "detail": change.detail})]
+    if change.op is ZnodeOp.GAP:
+        return [ctx.event(T.COLLECTION_GAP, detail={"reason": change.detail})]
+    return None
+
+
+def decode(
+    change: ZnodeChange, kafka_version_hint: str | None = None, chroot: str | None = None
+) -> list[MetadataEvent]:
+    """Typed metadata events of one znode change (kafka-zk-metadata.md §1).
+
+    Args:
+        change: the observed change (a ``znode_events`` row).
+        kafka_version_hint: the cluster's Kafka version if known ('2.1', '3.8.0'); only refines ``detail``
+            (e.g. czxid is the broker epoch from 2.2).
+        chroot: Kafka's ZooKeeper chroot, stripped from ``change.path`` before classifying.
+
+    Returns:
+        One event for most changes; one per partition for topic assignments and admin partition lists.
+        Unknown paths yield one ``OTHER`` event (kept, not an error).
+
+    Raises:
+        MalformedZnodeError: the payload is not something Kafka writes (bad JSON, wrong type, missing key,
+            leader -2, non-numeric epoch, non-UTF-8, unsupported payload version).
+    """
+    info = classify_path(change.path, chroot)
+    try:
+        session = _decode_session_op(change, info)
+        if session is not None:
+            return session
+        version = parse_kafka_version(kafka_version_hint) if kafka_version_hint else None
+        ctx = _Ctx(change, info, version, strip_chroot(change.path, chroot))
+        return _DECODERS.get(info.kind, _decode_other)(ctx)
+    except _Bad as e:
+        raise MalformedZnodeError(change.path, change.zxid, str(e)) from None
+
+
+# ----------------------------------------------------------------------------------------- encoders
+# Kafka serialises Scala maps with Jackson: compact separators, UTF-8, the map's own iteration order.
+# - immutable Map with <= 4 entries (Map1..Map4): insertion order;
+# - immutable Map with > 4 entries (HashTrieMap / CHAMP): ascending improved-hash bits, 5 at a time;
+# - mutable.HashMap (Scala 2.12 HashTable): descending bucket index, newest entry first in a bucket.
+# The partition state example in the reference, {"controller_epoch":1,"leader":1,"version":1,
+# "leader_epoch":0,"isr":[1,2]}, is exactly the immutable order computed below.
+
+_MASK32: Final = 0xFFFFFFFF
+
+
+def _java_string_hash(s: str) -> int:
+    h = 0
+    for ch in s.encode("utf-16-be").decode("utf-16-be"):  # BMP keys only in Kafka payloads
+        h = (31 * h + ord(ch)) & _MASK32
+    return h
+
+
+def _improve(h: int) -> int:
+    """scala.collection.Hashing.improve (immutable HashMap, 2.12 and 2.13)."""
+    h = (h + (~(h << 9) & _MASK32)) & _MASK32
+    h ^= h >> 14
+    h = (h + (h << 4)) & _MASK32
+    return h ^ (h >> 10)
+
+
+def scala_immutable_order(keys: Sequence[str]) -> list[str]:
+    """Iteration order of ``Map(k1 -> .., k2 -> .., ...)`` as Kafka builds it (Scala immutable map)."""
+    if len(keys) <= 4:
+        return list(keys)
+    return sorted(keys, key=lambda k: [(_improve(_java_string_hash(k)) >> s) & 31 for s in range(0, 32, 5)])
+
+
+def _byteswap32(v: int) -> int:
+    hc = (v * 0x9E3775CD) & _MASK32
+    hc = int.from_bytes(hc.to_bytes(4, "big"), "little")
+    return (hc * 0x9E3775CD) & _MASK32
+
+
+def _mutable_index(key: str, table_len: int) -> int:
+    # scala.collection.mutable.HashTable.index (2.12): rotate byteswap32(hash) by the table-size seed
+    bits = table_len.bit_length() - 1
+    rot = bin(table_len - 1).count("1")
+    i = _byteswap32(_java_string_hash(key))
+    r = ((i >> rot) | (i << (32 - rot))) & _MASK32
+    return r >> (32 - bits)
+
+
+def scala_mutable_order(keys: Sequence[str]) -> list[str]:
+    """Iteration order of a Scala 2.12 ``mutable.HashMap`` filled with ``keys`` in this order."""
+    table: list[list[str]] = [[] for _ in range(16)]
+    size = 0
+    for key in keys:
+        table[_mutable_index(key, len(table))].insert(0, key)  # addEntry prepends to the bucket
+        size += 1
+        if size > len(table) * 3 // 4:  # load factor 0.75: resize, re-inserting from the last bucket down
+            new: list[list[str]] = [[] for _ in range(len(table) * 2)]
+            for bucket in reversed(table):
+                for k in bucket:
+                    new[_mutable_index(k, len(new))].insert(0, k)
+            table = new
+    return [k for bucket in reversed(table) for k in bucket]
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ordered(pairs: Sequence[tuple[str, object]], mutable: bool) -> dict[str, object]:
+    values = dict(pairs)
+    keys = [k for k, _ in pairs]
+    order = scala_mutable_order(keys) if mutable else scala_immutable_order(keys)
+    return {k: values[k] for k in order}
+
+
+def _bytes(obj: Mapping[str, object]) -> bytes:
+    return _dumps(obj).encode("utf-8")
+
+
+def _v(kafka_version: str) -> tuple[int, int]:
+    return parse_kafka_version(kafka_version)
+
+
+def controller_payload_version(kafka_version: str) -> int:
+    """/controller: v1 for 1.x-3.3, v2 from 3.4 (adds kraftControllerEpoch, commit 47c5b00)."""
+    return 2 if _v(kafka_version) >= (3, 4) else 1
+
+
+def broker_payload_version(kafka_version: str) -> int:
+    """/brokers/ids/<id>: v4 for IBP 0.10.0-2.6, v5 from IBP 2.7-IV0."""
+    return 5 if _v(kafka_version) >= (2, 7) else 4
+
+
+def topic_payload_version(kafka_version: str) -> int:
+    """/brokers/topics/<t>: v1 up to 2.3, v2 for 2.4-2.7, v3 from 2.8."""
+    v = _v(kafka_version)
+    return 3 if v >= (2, 8) else 2 if v >= (2, 4) else 1
+
+
+def encode_controller(
+    broker_id: int, timestamp_ms: int, kafka_version: str, kraft_controller_epoch: int = -1
+) -> bytes:
+    """Payload of /controller (ControllerZNode.encode)."""
+    pairs: list[tuple[str, object]] = [
+        ("version", controller_payload_version(kafka_version)),
+        ("brokerid", broker_id),
+        ("timestamp", str(timestamp_ms)),
+    ]
+    if pairs[0][1] == 2:
+        pairs.append(("kraftControllerEpoch", kraft_controller_epoch))
+    return _bytes(_ordered(pairs, mutable=False))
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    """Payload of /controller_epoch: the plain decimal string (ControllerEpochZNode.encode)."""
+    if epoch < 0:
+        raise ValueError(f"controller epoch must be >= 0, got {epoch}")
+    return str(epoch).encode("ascii")
+
+
+def encode_broker_registration(
+    broker_id: int,
+    host: str,
+    port: int,
+    kafka_version: str,
+    rack: str | None = None,
+    timestamp_ms: int = 0,
+    *,
+    jmx_port: int = -1,
+    features: Mapping[str, Mapping[str, int]] | None = None,
+    payload_version: int | None = None,
+) -> bytes:
+    """Payload of /brokers/ids/<broker_id> (BrokerIdZNode.encode), one PLAINTEXT listener.
+
+    ``broker_id`` is in the path, not the payload; it is accepted so callers state what they register.
+    ``payload_version`` overrides the version Kafka ``kafka_version`` would pick (tests of v1-v3).
+    """
+    if broker_id < 0:
+        raise ValueError(f"broker id must be >= 0, got {broker_id}")
+    version = payload_version or broker_payload_version(kafka_version)
+    pairs: list[tuple[str, object]] = [
+        ("version", version),
+        ("host", host),
+        ("port", port),
+    ]
+    if version >= 2:
+        pairs.append(("endpoints", [f"PLAINTEXT://{host}:{port}"]))
+    pairs += [("jmx_port", jmx_port), ("timestamp", str(timestamp_ms))]
+    if rack is not None and version >= 3:
+        pairs.append(("rack", rack))
+    if version >= 4:
+        pairs.append(("listener_security_protocol_map", {"PLAINTEXT": "PLAINTEXT"}))
+    if version >= 5:
+        feats = {name: {"min_version": r["min_version"], "max_version": r["max_version"]} for name, r in (features or {}).items()}
+        pairs.append(("features", feats))
+    return _bytes(_ordered(pairs, mutable=True))
+
+
+def _replica_json(assignment: Mapping[int, Sequence[int]], mutable: bool = True) -> dict[str, object]:
+    # 2.4+ fills mutable maps; 1.1-2.3 maps the (immutable) assignment
+    pairs = [(str(p), list(r)) for p, r in sorted(assignment.items())]
+    return _ordered(pairs, mutable=mutable)
+
+
+def encode_topic_assignment(
+    partitions: Mapping[int, Sequence[int]],
+    kafka_version: str,
+    adding: Mapping[int, Sequence[int]] | None = None,
+    removing: Mapping[int, Sequence[int]] | None = None,
+    topic_id: str | None = None,
+) -> bytes:
+    """Payload of /brokers/topics/<t> (TopicZNode.encode): v1 (≤2.3), v2 (2.4-2.7), v3 (2.8+, topic_id).
+
+    During a reassignment ``partitions[p]`` must already be the full set (target ++ origin).distinct.
+    """
+    version = topic_payload_version(kafka_version)
+    if version == 1 and (adding or removing):
+        raise ValueError("adding/removing replicas exist only from Kafka 2.4 (topic znode v2)")
+    pairs: list[tuple[str, object]] = [("version", version), ("partitions", _replica_json(partitions, version >= 2))]
+    if version >= 2:
+        pairs.append(("adding_replicas", _replica_json(adding or {})))
+        pairs.append(("removing_replicas", _replica_json(removing or {})))
+    if version >= 3 and topic_id is not None:
+        pairs.append(("topic_id", topic_id))
+    return _bytes(_ordered(pairs, mutable=version >= 2))
+
+
+def encode_partition_state(
+    leader: int,
+    leader_epoch: int,
+    controller_epoch: int,
+    isr: Sequence[int],
+    kafka_version: str,
+    leader_recovery_state: int | None = None,
+) -> bytes:
+    """Payload of .../partitions/<p>/state (TopicPartitionStateZNode.encode), version 1 in every release.
+
+    ``leader_recovery_state`` is written only when RECOVERING (1), from 3.2 (KIP-704).
+    """
+    if leader == LEADER_DURING_DELETE or leader < LEADER_NONE:
+        raise ValueError(f"leader {leader} is never written to ZooKeeper")
+    pairs: list[tuple[str, object]] = [
+        ("version", 1),
+        ("leader", leader),
+        ("leader_epoch", leader_epoch),
+        ("controller_epoch", controller_epoch),
+        ("isr", list(isr)),
+    ]
+    if leader_recovery_state is not None and leader_recovery_state != 0:
+        if _v(kafka_version) < (3, 2):
+            raise ValueError("leader_recovery_state exists only from Kafka 3.2")
+        pairs.append(("leader_recovery_state", leader_recovery_state))
+    return _bytes(_ordered(pairs, mutable=False))
+
+
+def encode_admin_delete_topic() -> bytes:
+    """Payload of /admin/delete_topics/<t>: empty."""
+    return b""
+
+
+def _partition_list(items: Iterable[Mapping[str, object]]) -> bytes:
+    return _bytes({"version": 1, "partitions": [dict(i) for i in items]})
+
+
+def encode_reassignment(moves: Mapping[tuple[str, int], Sequence[int]]) -> bytes:
+    """Payload of /admin/reassign_partitions: {(topic, partition): target replicas}."""
+    return _partition_list(
+        {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(moves.items())
+    )
+
+
+def encode_preferred_replica_election(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """Payload of /admin/preferred_replica_election."""
+    return _partition_list({"topic": t, "partition": p} for t, p in partitions)
+
+
+def encode_isr_change(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """Payload of /isr_change_notification/isr_change_<seq> (leaders on IBP <2.7-IV2)."""
+    return _partition_list({"topic": t, "partition": p} for t, p in partitions)
+
+
+def encode_log_dir_event(broker_id: int, event: int = 1) -> bytes:
+    """Payload of /log_dir_event_notification/log_dir_event_<seq> (1 = LogDirFailure)."""
+    return _bytes({"version": 1, "broker": broker_id, "event": event})
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    """Payload of /cluster/id; ``version`` is a string here."""
+    return _bytes({"version": "1", "id": cluster_id})
+
+
+def encode_producer_id_block(broker_id: int, block_start: int, block_end: int) -> bytes:
+    """Payload of /latest_producer_id_block (inclusive bounds written as strings)."""
+    return _bytes(
+        {"version": 1, "broker": broker_id, "block_start": str(block_start), "block_end": str(block_end)}
+    )
+
+
+def encode_config(config: Mapping[str, str]) -> bytes:
+    """Payload of /config/<entity_type>/<name>."""
+    return _bytes({"version": 1, "config": dict(config)})
+
+
+def encode_config_change(entity_type: str, entity_name: str, payload_version: int = 2) -> bytes:
+    """Payload of /config/changes/config_change_<seq>: v2 entity_path, v1 entity_type + entity_name."""
+    if payload_version == 1:
+        return _bytes({"version": 1, "entity_type": entity_type, "entity_name": entity_name})
+    return _bytes({"version": 2, "entity_path": f"{entity_type}/{entity_name}"})
+
+
+def encode_feature(features: Mapping[str, tuple[int, int]], kafka_version: str, status: int = 1) -> bytes:
+    """Payload of /feature (2.7+): v1 {min,max}_version_level, v2 (IBP ≥3.3) max only."""
+    v2 = _v(kafka_version) >= (3, 3)
+    feats = {
+        name: ({"max_version_level": hi} if v2 else {"min_version_level": lo, "max_version_level": hi})
+        for name, (lo, hi) in features.items()
+    }
+    return _bytes({"version": 2 if v2 else 1, "status": status, "features": feats})
+
+
+def encode_migration(
+    kraft_controller_id: int, kraft_controller_epoch: int, kraft_metadata_offset: int, kraft_metadata_epoch: int
+) -> bytes:
+    """Payload of /migration (3.4+, KIP-866), version 0."""
+    pairs: list[tuple[str, object]] = [
+        ("version", 0),
+        ("kraft_controller_id", kraft_controller_id),
+        ("kraft_controller_epoch", kraft_controller_epoch),
+        ("kraft_metadata_offset", kraft_metadata_offset),
+        ("kraft_metadata_epoch", kraft_metadata_epoch),
+    ]
+    return _bytes(_ordered(pairs, mutable=False))
