@@ -1,18 +1,39 @@
-"""`zkledger check`: STUB until issue 5 lands; the owner replaces this whole file."""
+"""`zkledger check`: Great Expectations suites over the lake's tables; exit code 1 when a suite fails."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-from zkledger.errors import NotImplementedYet
+from models.tables import ALL_TABLES
+from zkledger.quality import QUALITY_DIR, run_quality
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("check", help="run the Great Expectations suites over the tables (exit 1 when a suite fails)", description="Run the Great Expectations suites over the tables (exit 1 when a suite fails).")
-    # no options of its own
+    parser = subparsers.add_parser(
+        "check",
+        help="run the Great Expectations suites over the tables (exit 1 when a suite fails)",
+        description="Validate the current snapshot of every table with its Great Expectations suite (schema, "
+        "keys, unique ids, state names, anomaly kinds, legal flags, known partitions...). Prints one line per "
+        "suite, stores one row per expectation in quality_results, writes <lake>/_quality/index.html, and "
+        "exits 1 when a suite fails. Absent tables are skipped.",
+    )
+    parser.add_argument("--table", action="append", choices=sorted(ALL_TABLES), metavar="TABLE",
+                        help="check only this table (repeatable; default: all)")
+    parser.add_argument("--kafka-version", default=None, metavar="V",
+                        help="judge replica legal flags by this Kafka version's table (default: accept either "
+                        "side of the 2.3 change)")
+    parser.add_argument("--no-store", action="store_true", help="do not write quality_results nor the HTML page")
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
-    raise NotImplementedYet("check", issue=5)
+def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
+    report = run_quality(ctx.spark("zkledger-check"), ctx.lake, tables=args.table,
+                         kafka_version=args.kafka_version, write_results=not args.no_store)
+    for suite in report.suites:
+        print(suite.line(), flush=True)  # the per-suite lines are this command's output
+    if report.skipped:
+        print(f"skipped (absent): {', '.join(report.skipped)}", flush=True)
+    where = "" if args.no_store else f"; results in {os.path.join(ctx.lake.root, QUALITY_DIR, 'index.html')}"
+    return report.summary() + where, 0 if report.success else 1

@@ -1,0 +1,50 @@
+"""spark-submit entry point of `zkledger check`.
+
+    spark-submit --master spark://HOST:7077 --py-files dist/zkledger.zip jobs/check.py --lake /data/lake \
+        --cluster prod-1 [--table anomalies] [--kafka-version 2.8]
+
+Exit code 1 when a suite fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from conf.settings import load_settings
+from lakehouse import Lake
+from zkledger.quality import run_quality
+from zkledger.spark import build_spark
+
+log = logging.getLogger(__name__)
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Great Expectations suites over the lake's tables")
+    p.add_argument("--conf", default=None, help="TOML settings file")
+    p.add_argument("--lake", default=None, help="root of the Delta tables")
+    p.add_argument("--cluster", default=None, help="cluster name")
+    p.add_argument("--table", action="append", default=None, help="check only this table (repeatable)")
+    p.add_argument("--kafka-version", default=None, help="Kafka version for replica legality")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
+    # spark-submit's --master wins over the settings' master (getOrCreate keeps the launched context)
+    spark = build_spark(settings, "zkledger-check")
+    lake = Lake(settings.lake.root, settings.lake.cluster)
+    report = run_quality(spark, lake, tables=args.table, kafka_version=args.kafka_version)
+    for suite in report.suites:
+        log.info("%s", suite.line())
+    log.info("%s", report.summary())
+    spark.stop()
+    return 0 if report.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

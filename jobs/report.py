@@ -1,0 +1,39 @@
+"""spark-submit entry point of `zkledger report` (reads with delta-rs; no Spark work, so any launcher fits).
+
+    spark-submit --py-files dist/zkledger.zip jobs/report.py --lake /data/lake --cluster prod-1 --out report.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from conf.settings import load_settings
+from lakehouse import Lake
+from zkledger.report import write_report
+
+log = logging.getLogger(__name__)
+
+
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="write the zkledger HTML report")
+    p.add_argument("--conf", default=None, help="TOML settings file")
+    p.add_argument("--lake", default=None, help="root of the Delta tables")
+    p.add_argument("--cluster", default=None, help="cluster name")
+    p.add_argument("--out", required=True, help="where to write the report (FILE.html)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
+    path, data = write_report(Lake(settings.lake.root, settings.lake.cluster), args.out)
+    log.info("report written to %s (%d anomalies)", path, len(data.rows("anomalies")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
