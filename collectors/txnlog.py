@@ -1,0 +1,508 @@
+"""ZooKeeper transaction log (and snapshot) reader: the lossless record of every znode change.
+
+Pure Python, no JVM. Layout (ZooKeeper 3.9, ``org.apache.zookeeper.server.persistence``):
+
+* ``<dataDir>/version-2/log.<first zxid hex>``: FileHeader{magic 'ZKLG', version int, dbid long},
+  then per entry: Adler32 checksum (long), length (int), ``length`` bytes =
+  TxnHeader{clientId long, cxid int, zxid long, time long, type int} + the jute record of that
+  type (+ a TxnDigest{version int, treeDigest long} since 3.6, which we ignore), then 0x42 'B'.
+  Log files are preallocated with zeros: a zero checksum/length is the normal end.
+* ``snapshot.<zxid hex>``: FileHeader{'ZKSN', version, dbid}, sessions (count, {id long, timeout
+  int}), the ACL cache (count, {id long, vector<ACL>}), then nodes {path, DataNode{data, acl long,
+  StatPersisted}} in pre-order starting at the root ("") and ending with the path "/".
+
+A failed ``multi`` is logged as a multi of ErrorTxn{err} records, one per op: the op that failed
+carries its real error code, the others RUNTIMEINCONSISTENCY (-2). ZooKeeper does not log the
+paths of a failed multi, so the failed check's path is inferred (see ``_failed_multi_path``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from collectors.jute import JuteError, JuteReader
+from models.events import ZnodeChange, ZnodeOp
+
+log = logging.getLogger(__name__)
+
+LOG_MAGIC = b"ZKLG"
+SNAP_MAGIC = b"ZKSN"
+END_OF_RECORD = 0x42
+
+# OpCode values (org.apache.zookeeper.ZooDefs.OpCode)
+CREATE_SESSION = -10
+CLOSE_SESSION = -11
+ERROR = -1
+CREATE = 1
+DELETE = 2
+SET_DATA = 5
+SET_ACL = 7
+CHECK = 13
+MULTI = 14
+CREATE2 = 15
+CREATE_CONTAINER = 19
+DELETE_CONTAINER = 20
+CREATE_TTL = 21
+
+RUNTIME_INCONSISTENCY = -2
+ERROR_NAMES: dict[int, str] = {
+    -2: "RUNTIMEINCONSISTENCY",
+    -101: "NONODE",
+    -102: "NOAUTH",
+    -103: "BADVERSION",
+    -108: "NOCHILDRENFOREPHEMERALS",
+    -110: "NODEEXISTS",
+    -111: "NOTEMPTY",
+    -112: "SESSIONEXPIRED",
+    -114: "INVALIDACL",
+}
+
+
+@dataclass(frozen=True)
+class TxnHeader:
+    client_id: int
+    cxid: int
+    zxid: int
+    time_ms: int
+    type: int
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """One decoded txn (or sub-txn of a multi). Fields unused by a type stay None."""
+
+    type: int
+    path: str | None = None
+    data: bytes | None = None
+    version: int | None = None
+    ephemeral: bool = False
+    err: int | None = None
+    timeout: int | None = None
+    paths: tuple[str, ...] | None = None  # closeSession: ephemerals to delete (3.6+ CloseSessionTxn)
+    subs: tuple[TxnRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class TxnEntry:
+    header: TxnHeader
+    record: TxnRecord
+
+
+@dataclass
+class LogReadResult:
+    """What one pass over one log file produced and why it stopped."""
+
+    entries: list[TxnEntry]
+    end_offset: int  # offset of the first entry not read (resume point for --follow)
+    reason: str  # "eof" for a normal end, otherwise what stopped the reader
+    clean: bool = True
+
+
+@dataclass(frozen=True)
+class SnapNode:
+    path: str
+    data: bytes | None
+    czxid: int
+    mzxid: int
+    version: int
+    ephemeral_owner: int
+    pzxid: int
+
+
+@dataclass
+class Snapshot:
+    zxid: int
+    sessions: dict[int, int]
+    nodes: list[SnapNode]
+
+
+# --------------------------------------------------------------------------- decoding records
+
+
+def _read_create(r: JuteReader, type_: int) -> TxnRecord:
+    path = r.read_path()
+    data = r.read_buffer()
+    r.read_acls()
+    ephemeral = False
+    if type_ in (CREATE, CREATE2):
+        ephemeral = r.read_bool()
+    r.read_int()  # parentCVersion
+    if type_ == CREATE_TTL:
+        r.read_long()  # ttl
+    return TxnRecord(type_, path=path, data=data, version=0, ephemeral=ephemeral)
+
+
+def _read_close_session(r: JuteReader) -> TxnRecord:
+    # 3.6+ writes CloseSessionTxn{paths2Delete}; older servers write no record at all.
+    if r.remaining < 4:
+        return TxnRecord(CLOSE_SESSION)
+    start = r.pos
+    try:
+        paths = r.read_vector(JuteReader.read_path)
+    except (JuteError, UnicodeDecodeError):
+        r.pos = start
+        return TxnRecord(CLOSE_SESSION)
+    return TxnRecord(CLOSE_SESSION, paths=tuple(paths))
+
+
+def _read_multi(r: JuteReader) -> TxnRecord:
+    def sub(rr: JuteReader) -> TxnRecord:
+        t = rr.read_int()
+        body = rr.read_buffer() or b""
+        return decode_record(t, JuteReader(body))
+
+    return TxnRecord(MULTI, subs=tuple(r.read_vector(sub)))
+
+
+def decode_record(type_: int, r: JuteReader) -> TxnRecord:
+    """Decode the jute record of one txn type; unknown types decode to a bare TxnRecord."""
+    if type_ in (CREATE, CREATE2, CREATE_CONTAINER, CREATE_TTL):
+        return _read_create(r, type_)
+    if type_ in (DELETE, DELETE_CONTAINER):
+        return TxnRecord(type_, path=r.read_path())
+    if type_ == SET_DATA:
+        path, data = r.read_path(), r.read_buffer()
+        return TxnRecord(type_, path=path, data=data, version=r.read_int())
+    if type_ == SET_ACL:
+        path = r.read_path()
+        r.read_acls()
+        return TxnRecord(type_, path=path, version=r.read_int())
+    if type_ == CHECK:
+        return TxnRecord(type_, path=r.read_path(), version=r.read_int())
+    if type_ == MULTI:
+        return _read_multi(r)
+    if type_ == ERROR:
+        return TxnRecord(type_, err=r.read_int())
+    if type_ == CREATE_SESSION:
+        return TxnRecord(type_, timeout=r.read_int())
+    if type_ == CLOSE_SESSION:
+        return _read_close_session(r)
+    log.debug("txn type %s not modelled; kept as a bare record", type_)
+    return TxnRecord(type_)
+
+
+def decode_entry(raw: bytes) -> TxnEntry:
+    r = JuteReader(raw)
+    header = TxnHeader(r.read_long(), r.read_int(), r.read_long(), r.read_long(), r.read_int())
+    return TxnEntry(header, decode_record(header.type, r))
+
+
+# --------------------------------------------------------------------------- log files
+
+
+def log_files(data_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """(first zxid, path) of every txn log under dataDir (or dataDir/version-2), sorted by zxid."""
+    return _numbered(data_dir, "log")
+
+
+def snapshot_files(data_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    return _numbered(data_dir, "snapshot")
+
+
+def _numbered(data_dir: str | os.PathLike[str], prefix: str) -> list[tuple[int, Path]]:
+    base = Path(data_dir)
+    if (base / "version-2").is_dir():
+        base = base / "version-2"
+    if not base.is_dir():
+        return []
+    pat = re.compile(rf"^{prefix}\.([0-9a-fA-F]+)(\.gz)?$")
+    found = [(int(m.group(1), 16), p) for p in base.iterdir() if (m := pat.match(p.name))]
+    return sorted(found)
+
+
+def read_log(path: str | os.PathLike[str], offset: int = 0) -> LogReadResult:
+    """Read entries from ``offset`` (0 = file start) until the end, a torn tail or corruption.
+
+    Never raises for bad content: the reason is logged and returned, entries before it are kept.
+    """
+    with open(path, "rb") as f:
+        buf = f.read()
+    if offset == 0:
+        if len(buf) < 16:
+            return _stop(path, [], 0, f"file header torn ({len(buf)} bytes)")
+        if buf[:4] != LOG_MAGIC:
+            return _stop(path, [], 0, f"bad magic {buf[:4]!r}, not a ZooKeeper txn log")
+        offset = 16
+    entries: list[TxnEntry] = []
+    pos = offset
+    while True:
+        entry, nxt, reason = _read_one(buf, pos)
+        if entry is None:
+            if reason == "eof":
+                return LogReadResult(entries, pos, "eof")
+            return _stop(path, entries, pos, reason)
+        entries.append(entry)
+        pos = nxt
+
+
+def _read_one(buf: bytes, pos: int) -> tuple[TxnEntry | None, int, str]:
+    if len(buf) - pos < 12:
+        # fewer bytes than a checksum+length: normal end if they are zeros, else torn
+        return None, pos, "eof" if not buf[pos:].strip(b"\0") else f"torn entry header at offset {pos}"
+    r = JuteReader(buf, pos)
+    checksum, length = r.read_long(), r.read_int()
+    if length == 0 and checksum == 0:
+        return None, pos, "eof"  # preallocated zero padding
+    if length <= 0 or length > len(buf) - r.pos - 1:
+        return None, pos, f"torn entry at offset {pos} (length {length}, {len(buf) - r.pos} bytes left)"
+    raw = buf[r.pos : r.pos + length]
+    if zlib.adler32(raw) != checksum & 0xFFFFFFFFFFFFFFFF:
+        return None, pos, f"checksum mismatch at offset {pos}"
+    if buf[r.pos + length] != END_OF_RECORD:
+        return None, pos, f"missing end-of-record marker at offset {r.pos + length}"
+    try:
+        entry = decode_entry(raw)
+    except (JuteError, UnicodeDecodeError) as e:
+        return None, pos, f"undecodable entry at offset {pos}: {e}"
+    return entry, r.pos + length + 1, ""
+
+
+def _stop(path: str | os.PathLike[str], entries: list[TxnEntry], pos: int, reason: str) -> LogReadResult:
+    log.warning("txn log %s: stopped reading: %s (%d entries read before it)", path, reason, len(entries))
+    return LogReadResult(entries, pos, reason, clean=False)
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Header, sessions and nodes of a snapshot (ACLs are skipped). Raises JuteError if unreadable."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        buf = f.read()
+    if buf[:4] != SNAP_MAGIC:
+        raise JuteError(f"{path}: bad magic {buf[:4]!r}, not a ZooKeeper snapshot")
+    r = JuteReader(buf, 16)
+    sessions = {}
+    for _ in range(r.read_int()):
+        sid = r.read_long()
+        sessions[sid] = r.read_int()
+    for _ in range(r.read_int()):  # ACL cache: {long id, vector<ACL>}
+        r.read_long()
+        r.read_acls()
+    nodes: list[SnapNode] = []
+    while (p := r.read_path()) != "/":
+        data = r.read_buffer()
+        r.read_long()  # acl reference
+        czxid, mzxid, _ctime, _mtime = r.read_long(), r.read_long(), r.read_long(), r.read_long()
+        version, _cversion, _aversion = r.read_int(), r.read_int(), r.read_int()
+        owner, pzxid = r.read_long(), r.read_long()
+        nodes.append(SnapNode(p, data, czxid, mzxid, version, owner, pzxid))
+    zxid = int(Path(path).name.split(".")[1], 16)
+    return Snapshot(zxid, sessions, nodes)
+
+
+# --------------------------------------------------------------------------- txns -> changes
+
+
+def _ms_to_dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC)
+
+
+def _err_name(err: int) -> str:
+    return ERROR_NAMES.get(err, "UNKNOWN")
+
+
+@dataclass
+class _Node:
+    czxid: int
+    ephemeral_owner: int
+
+
+@dataclass
+class TxnDecoder:
+    """Turns txns into ZnodeChanges, tracking the znode tree state the log itself does not repeat.
+
+    ``chroot`` keeps only paths under it and strips it (paths as the Kafka cluster sees them);
+    session rows use path "/". ``kafka_fencing_check`` names the path a multi failing on its first
+    op with BADVERSION is attributed to (Kafka 2.1+ wraps every controller write as
+    multi(CheckOp(/controller_epoch, v), op): KafkaZkClient@3.8.0 l1969-1977).
+    """
+
+    chroot: str = ""
+    kafka_fencing_check: str = "/controller_epoch"
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    ephemerals: dict[int, set[str]] = field(default_factory=dict)
+    sessions_in_chroot: set[int] = field(default_factory=set)
+
+    def relative(self, path: str) -> str | None:
+        if not self.chroot:
+            return None if path == "/zookeeper" or path.startswith("/zookeeper/") else path
+        if path == self.chroot:
+            return "/"
+        if path.startswith(self.chroot + "/"):
+            return path[len(self.chroot) :]
+        return None
+
+    def seed(self, snap: Snapshot) -> list[ZnodeChange]:
+        """Load a snapshot's tree as the starting state; one CREATE per node (zxid = its mzxid)."""
+        out = []
+        for n in snap.nodes:
+            if not n.path:
+                continue
+            self.nodes[n.path] = _Node(n.czxid, n.ephemeral_owner)
+            if n.ephemeral_owner:
+                self.ephemerals.setdefault(n.ephemeral_owner, set()).add(n.path)
+            rel = self.relative(n.path)
+            if rel is not None:
+                out.append(
+                    ZnodeChange(
+                        zxid=n.mzxid, path=rel, op=ZnodeOp.CREATE, data=n.data, version=n.version,
+                        czxid=n.czxid, mzxid=n.mzxid, pzxid=n.pzxid, ephemeral_owner=n.ephemeral_owner,
+                        detail=f"snapshot.{snap.zxid:x}",
+                    )
+                )
+        return out
+
+    def apply(self, entry: TxnEntry) -> list[ZnodeChange]:
+        h, rec = entry.header, entry.record
+        if rec.type == MULTI:
+            return self._multi(h, rec)
+        return self._single(h, rec)
+
+    def _base(self, h: TxnHeader) -> dict[str, object]:
+        return {"zxid": h.zxid, "session_id": h.client_id, "txn_time": _ms_to_dt(h.time_ms)}
+
+    def _single(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
+        if rec.type in (CREATE, CREATE2, CREATE_CONTAINER, CREATE_TTL):
+            return self._create(h, rec)
+        if rec.type in (DELETE, DELETE_CONTAINER):
+            return self._delete(h, rec.path or "", None)
+        if rec.type == SET_DATA:
+            return self._set(h, rec)
+        if rec.type == CREATE_SESSION:
+            return [ZnodeChange(path="/", op=ZnodeOp.CREATE_SESSION, detail=f"timeout={rec.timeout}", **self._base(h))]  # type: ignore[arg-type]
+        if rec.type == CLOSE_SESSION:
+            return self._close_session(h, rec)
+        return []  # setACL, check, a standalone error: no znode content changed
+
+    def _create(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
+        path = rec.path or ""
+        owner = h.client_id if rec.ephemeral else 0
+        self.nodes[path] = _Node(h.zxid, owner)
+        if owner:
+            self.ephemerals.setdefault(owner, set()).add(path)
+        rel = self.relative(path)
+        if rel is None:
+            return []
+        self.sessions_in_chroot.add(h.client_id)
+        return [
+            ZnodeChange(
+                path=rel, op=ZnodeOp.CREATE, data=rec.data, version=0, czxid=h.zxid, mzxid=h.zxid,
+                pzxid=h.zxid, ephemeral_owner=owner, **self._base(h),  # type: ignore[arg-type]
+            )
+        ]
+
+    def _set(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
+        path = rec.path or ""
+        node = self.nodes.get(path)
+        rel = self.relative(path)
+        if rel is None:
+            return []
+        self.sessions_in_chroot.add(h.client_id)
+        return [
+            ZnodeChange(
+                path=rel, op=ZnodeOp.SET, data=rec.data, version=rec.version,
+                czxid=node.czxid if node else None, mzxid=h.zxid,
+                ephemeral_owner=node.ephemeral_owner if node else None, **self._base(h),  # type: ignore[arg-type]
+            )
+        ]
+
+    def _delete(self, h: TxnHeader, path: str, detail: str | None) -> list[ZnodeChange]:
+        node = self.nodes.pop(path, None)
+        if node and node.ephemeral_owner:
+            self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
+        rel = self.relative(path)
+        if rel is None:
+            return []
+        self.sessions_in_chroot.add(h.client_id)
+        return [
+            ZnodeChange(
+                path=rel, op=ZnodeOp.DELETE, czxid=node.czxid if node else None,
+                ephemeral_owner=node.ephemeral_owner if node else None, detail=detail,
+                **self._base(h),  # type: ignore[arg-type]
+            )
+        ]
+
+    def _close_session(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
+        tracked = self.ephemerals.pop(h.client_id, set())
+        # 3.6+ logs the paths; older logs rely on the ephemerals we tracked from creates
+        paths = sorted(set(rec.paths) if rec.paths is not None else tracked)
+        out = [ZnodeChange(path="/", op=ZnodeOp.CLOSE_SESSION, detail=f"ephemerals={len(paths)}", **self._base(h))]  # type: ignore[arg-type]
+        for p in paths:
+            out.extend(self._delete(h, p, "closeSession"))
+        self.sessions_in_chroot.discard(h.client_id)
+        return out
+
+    def _multi(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
+        if any(s.type == ERROR for s in rec.subs):
+            return self._failed_multi(h, rec)
+        out: list[ZnodeChange] = []
+        for s in rec.subs:
+            out.extend(self._single(h, s))
+        return out
+
+    def _failed_multi(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
+        idx, err = next(
+            ((i, s.err) for i, s in enumerate(rec.subs) if s.err not in (None, 0, RUNTIME_INCONSISTENCY)),
+            (0, RUNTIME_INCONSISTENCY),
+        )
+        path = self._failed_multi_path(idx, err or 0, len(rec.subs))
+        if self.chroot and h.client_id not in self.sessions_in_chroot:
+            return []  # a failed multi carries no path: attribute it only to sessions seen in the chroot
+        detail = (
+            f"err={err} {_err_name(err or 0)} failed_op={idx} ops={len(rec.subs)}; "
+            "path inferred (ZooKeeper does not log the paths of a failed multi)"
+        )
+        return [ZnodeChange(path=path, op=ZnodeOp.MULTI_FAILED, detail=detail, **self._base(h))]  # type: ignore[arg-type]
+
+    def _failed_multi_path(self, idx: int, err: int, n_ops: int) -> str:
+        if idx == 0 and err == -103 and n_ops >= 2:
+            return self.kafka_fencing_check
+        return "/"
+
+
+# --------------------------------------------------------------------------- whole directories
+
+
+def iter_changes(data_dir: str | os.PathLike[str], chroot: str = "") -> Iterator[tuple[int, list[ZnodeChange]]]:
+    """(zxid, changes) for every txn of a data dir, in log order; snapshot-seeded when logs were purged."""
+    dec = TxnDecoder(chroot=chroot)
+    start = 0
+    snap = choose_base_snapshot(data_dir)
+    if snap is not None:
+        yield snap.zxid, dec.seed(snap)
+        start = snap.zxid
+    for _first, p in log_files(data_dir):
+        res = read_log(p)
+        for e in res.entries:
+            changes = dec.apply(e)
+            if e.header.zxid > start:
+                yield e.header.zxid, changes
+
+
+def choose_base_snapshot(data_dir: str | os.PathLike[str]) -> Snapshot | None:
+    """The oldest snapshot the remaining logs continue from, when the logs before it were purged.
+
+    With logs from zxid 1 onwards no snapshot is needed (the logs hold every change). Otherwise
+    the oldest snapshot whose successor txns the logs still hold keeps the most history as events.
+    """
+    logs = log_files(data_dir)
+    first_log = logs[0][0] if logs else None
+    if first_log is not None and first_log <= 1:
+        return None
+    for zxid, p in snapshot_files(data_dir):
+        if first_log is None or first_log <= zxid + 1:
+            try:
+                return read_snapshot(p)
+            except (JuteError, OSError, UnicodeDecodeError) as e:
+                log.warning("snapshot %s unreadable (%s); trying the next one", p, e)
+    return None
