@@ -69,8 +69,14 @@ _PATH_RULES: Final[tuple[tuple[re.Pattern[str], PathKind], ...]] = tuple(
         (r"^/brokers/ids/(?P<broker>\d+)$", PathKind.BROKER),
         (r"^/brokers/seqid$", PathKind.BROKER_SEQID),
         (rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})$", PathKind.TOPIC),
-        (rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})/partitions(?:/(?P<partition>\d+))?$", PathKind.PARTITION),
-        (rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})/partitions/(?P<partition>\d+)/state$", PathKind.PARTITION_STATE),
+        (
+            rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})/partitions(?:/(?P<partition>\d+))?$",
+            PathKind.PARTITION,
+        ),
+        (
+            rf"^/brokers/topics/(?P<topic>{_NAME[1:-1]})/partitions/(?P<partition>\d+)/state$",
+            PathKind.PARTITION_STATE,
+        ),
         (r"^/config/changes/config_change_\d+$", PathKind.CONFIG_CHANGE),
         (r"^/config/(?P<etype>topics|clients|users|brokers|ips)/(?P<ename>.+)$", PathKind.CONFIG),
         (rf"^/admin/delete_topics/(?P<topic>{_NAME[1:-1]})$", PathKind.DELETE_TOPIC),
@@ -381,7 +387,15 @@ def _decode_broker(ctx: _Ctx) -> list[MetadataEvent]:
         return [ctx.event(T.BROKER_DEREGISTERED)]
     f = _validate(PathKind.BROKER, _json_object(ctx.change.data))
     detail: dict[str, object] = {"payload_version": f["version"]}
-    for key in ("host", "port", "jmx_port", "endpoints", "rack", "listener_security_protocol_map", "features"):
+    for key in (
+        "host",
+        "port",
+        "jmx_port",
+        "endpoints",
+        "rack",
+        "listener_security_protocol_map",
+        "features",
+    ):
         if key in f:
             detail[key] = f[key]
     if "timestamp" in f:
@@ -807,7 +821,10 @@ def encode_broker_registration(
     if version >= 4:
         pairs.append(("listener_security_protocol_map", {"PLAINTEXT": "PLAINTEXT"}))
     if version >= 5:
-        feats = {name: {"min_version": r["min_version"], "max_version": r["max_version"]} for name, r in (features or {}).items()}
+        feats = {
+            name: {"min_version": r["min_version"], "max_version": r["max_version"]}
+            for name, r in (features or {}).items()
+        }
         pairs.append(("features", feats))
     return _bytes(_ordered(pairs, mutable=True))
 
@@ -832,7 +849,10 @@ def encode_topic_assignment(
     version = topic_payload_version(kafka_version)
     if version == 1 and (adding or removing):
         raise ValueError("adding/removing replicas exist only from Kafka 2.4 (topic znode v2)")
-    pairs: list[tuple[str, object]] = [("version", version), ("partitions", _replica_json(partitions, version >= 2))]
+    pairs: list[tuple[str, object]] = [
+        ("version", version),
+        ("partitions", _replica_json(partitions, version >= 2)),
+    ]
     if version >= 2:
         pairs.append(("adding_replicas", _replica_json(adding or {})))
         pairs.append(("removing_replicas", _replica_json(removing or {})))
@@ -935,7 +955,10 @@ def encode_feature(features: Mapping[str, tuple[int, int]], kafka_version: str, 
 
 
 def encode_migration(
-    kraft_controller_id: int, kraft_controller_epoch: int, kraft_metadata_offset: int, kraft_metadata_epoch: int
+    kraft_controller_id: int,
+    kraft_controller_epoch: int,
+    kraft_metadata_offset: int,
+    kraft_metadata_epoch: int,
 ) -> bytes:
     """Payload of /migration (3.4+, KIP-866), version 0."""
     pairs: list[tuple[str, object]] = [
