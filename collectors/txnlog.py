@@ -20,22 +20,27 @@ from __future__ import annotations
 
 import gzip
 import logging
+import mmap
 import os
 import re
+import struct
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from collectors.bronze import BronzeWriter, LakeLike, change_row
 from collectors.jute import JuteError, JuteReader
-from models.events import ZnodeChange, ZnodeOp
+from models.events import Source, ZnodeChange, ZnodeOp
 
 log = logging.getLogger(__name__)
 
 LOG_MAGIC = b"ZKLG"
 SNAP_MAGIC = b"ZKSN"
 END_OF_RECORD = 0x42
+_ENTRY_HEAD = struct.Struct(">qi")  # Adler32 checksum (long), length (int)
 
 # OpCode values (org.apache.zookeeper.ZooDefs.OpCode)
 CREATE_SESSION = -10
@@ -224,9 +229,19 @@ def read_log(path: str | os.PathLike[str], offset: int = 0) -> LogReadResult:
     Never raises for bad content: the reason is logged and returned, entries before it are kept.
     """
     with open(path, "rb") as f:
-        buf = f.read()
+        size = os.fstat(f.fileno()).st_size
+        # mmap: log files are preallocated (64 MB of zeros), only the used head gets paged in
+        buf: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    try:
+        return _read_entries(path, buf, offset)
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def _read_entries(path: str | os.PathLike[str], buf: bytes | mmap.mmap, offset: int) -> LogReadResult:
     if offset == 0:
-        if len(buf) < 16:
+        if len(buf) < 16:  # ZKLG, version int, dbid long
             return _stop(path, [], 0, f"file header torn ({len(buf)} bytes)")
         if buf[:4] != LOG_MAGIC:
             return _stop(path, [], 0, f"bad magic {buf[:4]!r}, not a ZooKeeper txn log")
@@ -243,26 +258,26 @@ def read_log(path: str | os.PathLike[str], offset: int = 0) -> LogReadResult:
         pos = nxt
 
 
-def _read_one(buf: bytes, pos: int) -> tuple[TxnEntry | None, int, str]:
+def _read_one(buf: bytes | mmap.mmap, pos: int) -> tuple[TxnEntry | None, int, str]:
     if len(buf) - pos < 12:
         # fewer bytes than a checksum+length: normal end if they are zeros, else torn
         return None, pos, "eof" if not buf[pos:].strip(b"\0") else f"torn entry header at offset {pos}"
-    r = JuteReader(buf, pos)
-    checksum, length = r.read_long(), r.read_int()
+    checksum, length = _ENTRY_HEAD.unpack_from(buf, pos)
+    body = pos + 12
     if length == 0 and checksum == 0:
         return None, pos, "eof"  # preallocated zero padding
-    if length <= 0 or length > len(buf) - r.pos - 1:
-        return None, pos, f"torn entry at offset {pos} (length {length}, {len(buf) - r.pos} bytes left)"
-    raw = buf[r.pos : r.pos + length]
-    if zlib.adler32(raw) != checksum & 0xFFFFFFFFFFFFFFFF:
+    if length <= 0 or length > len(buf) - body - 1:
+        return None, pos, f"torn entry at offset {pos} (length {length}, {len(buf) - body} bytes left)"
+    raw = bytes(buf[body : body + length])
+    if zlib.adler32(raw) != checksum:
         return None, pos, f"checksum mismatch at offset {pos}"
-    if buf[r.pos + length] != END_OF_RECORD:
-        return None, pos, f"missing end-of-record marker at offset {r.pos + length}"
+    if buf[body + length] != END_OF_RECORD:
+        return None, pos, f"missing end-of-record marker at offset {body + length}"
     try:
         entry = decode_entry(raw)
     except (JuteError, UnicodeDecodeError) as e:
         return None, pos, f"undecodable entry at offset {pos}: {e}"
-    return entry, r.pos + length + 1, ""
+    return entry, body + length + 1, ""
 
 
 def _stop(path: str | os.PathLike[str], entries: list[TxnEntry], pos: int, reason: str) -> LogReadResult:
@@ -506,3 +521,129 @@ def choose_base_snapshot(data_dir: str | os.PathLike[str]) -> Snapshot | None:
             except (JuteError, OSError, UnicodeDecodeError) as e:
                 log.warning("snapshot %s unreadable (%s); trying the next one", p, e)
     return None
+
+
+# --------------------------------------------------------------------------- the collector
+
+
+@dataclass
+class _FileCursor:
+    offset: int = 0
+    done: bool = False
+    reason: str = ""
+
+
+class TxnLogCollector:
+    """Reads a ZooKeeper data dir into ``znode_events`` (source txnlog), resumable and idempotent.
+
+    Each commit's batch_seq is the largest zxid in it, so the lake's app transaction for our
+    writer_id *is* the resume point: every txn at or below it is already stored. Rows of one txn
+    never straddle two commits. The whole log is always re-decoded from the start (cheap) so the
+    tree state (czxids, ephemeral owners) is right; only txns above the resume point are written.
+    """
+
+    def __init__(
+        self,
+        lake: LakeLike,
+        data_dir: str | os.PathLike[str],
+        follow: bool = False,
+        *,
+        chroot: str = "",
+        batch_size: int = 500,
+        poll_seconds: float = 0.5,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.lake = lake
+        self.data_dir = Path(data_dir)
+        self.follow = follow
+        self.chroot = chroot.rstrip("/")
+        self.batch_size = max(1, batch_size)
+        self.poll_seconds = poll_seconds
+        self.progress = progress
+        self.writer = BronzeWriter(lake, f"txnlog:{self.data_dir.resolve()}{self.chroot}")
+        self.decoder = TxnDecoder(chroot=self.chroot)
+        self.cursors: dict[Path, _FileCursor] = {}
+        self.stopped: list[str] = []
+        self._pending: list[dict[str, object]] = []
+        self._pending_zxid = -1
+        self._floor = -1  # txns at or below this zxid are already in the lake
+        self._started = False
+
+    @property
+    def last_zxid(self) -> int | None:
+        """Largest zxid stored by this collector (the resume point)."""
+        return self.writer.last_seq
+
+    def run(self, stop_event: threading.Event | None = None) -> dict[str, object]:
+        """One pass (or, with follow, passes until ``stop_event`` is set); returns a summary."""
+        stop = stop_event or threading.Event()
+        self.poll_once()
+        while self.follow and not stop.wait(self.poll_seconds):
+            self.poll_once()
+        return self.summary()
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "events": self.writer.rows_written,
+            "batches": self.writer.batches_written,
+            "last_zxid": self.last_zxid,
+            "gaps": 0,
+            "quarantined": 0,
+            "stopped": list(self.stopped),
+        }
+
+    def poll_once(self) -> int:
+        """Read whatever is new in the data dir and commit it; returns the rows written."""
+        before = self.writer.rows_written
+        if not self._started:
+            self._start()
+        files = log_files(self.data_dir)
+        for i, (_first, path) in enumerate(files):
+            cur = self.cursors.setdefault(path, _FileCursor())
+            if cur.done:
+                continue
+            self._read_file(path, cur, is_last=i == len(files) - 1)
+        self._flush()
+        return self.writer.rows_written - before
+
+    def _start(self) -> None:
+        last = self.writer.last_seq
+        self._floor = -1 if last is None else last
+        snap = choose_base_snapshot(self.data_dir)
+        if snap is not None:
+            rows = [self._row(c) for c in self.decoder.seed(snap)]
+            if snap.zxid > self._floor and rows:
+                self.writer.write(rows, batch_seq=snap.zxid)
+            self._floor = max(self._floor, snap.zxid)
+            log.info("txnlog %s: starting from snapshot.%x (%d znodes)", self.data_dir, snap.zxid, len(rows))
+        self._started = True
+
+    def _read_file(self, path: Path, cur: _FileCursor, is_last: bool) -> None:
+        res = read_log(path, cur.offset)
+        for entry in res.entries:
+            changes = self.decoder.apply(entry)
+            zxid = entry.header.zxid
+            if zxid <= self._floor or not changes:
+                continue
+            if len(self._pending) >= self.batch_size:
+                self._flush()
+            self._pending.extend(self._row(c) for c in changes)
+            self._pending_zxid = zxid
+        cur.offset = res.end_offset
+        if not res.clean and res.reason != cur.reason:
+            cur.reason = res.reason
+            self.stopped.append(f"{path.name}: {res.reason}")
+        # a newer log exists, so this one is complete (ZooKeeper rolls logs, never appends to old ones)
+        cur.done = not is_last
+
+    def _row(self, change: ZnodeChange) -> dict[str, object]:
+        return change_row(change, cluster=self.lake.cluster, source=Source.TXNLOG)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        self.writer.write(self._pending, batch_seq=self._pending_zxid)
+        self._floor = self._pending_zxid
+        if self.progress is not None:
+            self.progress(len(self._pending))
+        self._pending = []
