@@ -1,0 +1,89 @@
+"""Shared fixtures: a real ZooKeeper, a real Spark session, a Lake on disk, default settings.
+
+Nothing here imports another package's module at import time (lakehouse, collectors, ...), so this file
+keeps working while those packages are being written.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from conf.settings import Settings, load_settings
+from zkledger.zk_server import EmbeddedZooKeeper
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# the session's ZooKeeper, so the failure hook below can attach its log
+_ZK: dict[str, EmbeddedZooKeeper] = {}
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    """The defaults from conf/base.toml."""
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedZooKeeper]:
+    """A real standalone ZooKeeper for the whole run; `.hosts` is "127.0.0.1:PORT". Tests use chroots."""
+    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper") / "data").start()
+    _ZK["server"] = server
+    try:
+        yield server
+    finally:
+        _ZK.pop("server", None)
+        server.stop()
+
+
+@pytest.fixture
+def zk_hosts(zk_server: EmbeddedZooKeeper) -> str:
+    """A fresh, empty chroot on the session ZooKeeper: "127.0.0.1:PORT/t-<hex>"."""
+    from kazoo.client import KazooClient
+
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zk_server.hosts, timeout=15)
+    client.start(timeout=15)
+    try:
+        client.create(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return zk_server.hosts + chroot
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] session for the whole run (2 shuffle partitions), built by zkledger.spark.build_spark."""
+    from zkledger.spark import build_spark
+
+    os.environ["SPARK_TESTING"] = "1"
+    test_settings = load_settings(overrides={"spark.master": "local[2]", "spark.shuffle_partitions": 2})
+    session = build_spark(test_settings, app_name="zkledger-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Any:
+    """A `lakehouse.Lake` on `tmp_path/lake` (cluster "test")."""
+    from lakehouse import Lake
+
+    return Lake(tmp_path / "lake", cluster="test")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On a failing test that used ZooKeeper, attach the tail of the server's log to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    uses_zk = {"zk_server", "zk_hosts"} & set(getattr(item, "fixturenames", ()))
+    server = _ZK.get("server")
+    if report.failed and uses_zk and server is not None:
+        report.sections.append(("ZooKeeper log (tail)", server.log_tail(60)))
