@@ -1,0 +1,308 @@
+"""Live watch collector: snapshot a ZooKeeper subtree, then follow it with one-shot watches.
+
+kazoo 2.11 has no persistent watches, so every znode carries a data watch and a children watch,
+re-armed by the read that handles it. Watch callbacks and connection-state listeners only put
+work on one queue (they never block); one worker thread does all reads and writes.
+
+Row zxids: CREATE = czxid, SET = mzxid, DELETE = the parent's pzxid when the parent still exists
+(the zxid of the last child create/delete under it, i.e. the delete itself unless a sibling
+changed since), else the last mzxid we knew. GAP = the largest zxid seen so far, path "/".
+Rows found by diffing the tree after a gap or restart have source ``resync``; a SET whose version
+jumped by more than one carries ``missed_versions``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+from collectors.bronze import BronzeWriter, LakeLike, change_row
+from models.events import Source, ZnodeChange, ZnodeOp
+
+log = logging.getLogger(__name__)
+
+WATCH_SOURCES = (str(Source.WATCH), str(Source.RESYNC))
+
+
+@dataclass(frozen=True)
+class Known:
+    """What we last knew about one znode."""
+
+    version: int
+    mzxid: int
+    czxid: int
+
+
+class ZkWatchCollector:
+    """Watches ``hosts`` + ``chroot`` and appends what it sees to ``znode_events`` (never writes to ZooKeeper)."""
+
+    def __init__(
+        self,
+        lake: LakeLike,
+        hosts: str,
+        chroot: str = "",
+        *,
+        auth_data: list[tuple[str, str]] | None = None,
+        use_ssl: bool = False,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        ca: str | None = None,
+        verify_certs: bool = True,
+        timeout: float = 15.0,
+        batch_size: int = 500,
+        flush_seconds: float = 2.0,
+    ) -> None:
+        self.lake = lake
+        self.hosts = hosts + chroot.rstrip("/")
+        self.writer = BronzeWriter(lake, f"watch:{self.hosts}")
+        self.client = KazooClient(
+            hosts=self.hosts, timeout=timeout, auth_data=auth_data or None, read_only=False,
+            use_ssl=use_ssl, certfile=certfile or None, keyfile=keyfile or None, ca=ca or None,
+            verify_certs=verify_certs,
+        )
+        self.batch_size = max(1, batch_size)
+        self.flush_seconds = flush_seconds
+        self.view: dict[str, Known] = {}
+        self.work: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.gaps = 0
+        self.max_zxid = 0
+        self._pending: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self._in_gap = False
+        self._need_resync = False
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect, load the last known view from the lake, and snapshot (resync) the subtree."""
+        self.client.add_listener(self._on_state)
+        self.client.start()
+        self._load_view()
+        if self.view:
+            self._gap("collector restarted; changes while it was down are reconstructed by resync")
+        self._resync(Source.RESYNC)
+        self._flush()
+        self._started = True
+
+    def stop(self) -> None:
+        self._flush()
+        self.client.stop()
+        self.client.close()
+
+    def run(self, stop_event: threading.Event) -> dict[str, int]:
+        """Collect until ``stop_event`` is set (the CLI sets it on SIGTERM/SIGINT), flush, disconnect."""
+        if not self._started:
+            self.start()
+        try:
+            while not stop_event.is_set():
+                self.step(timeout=0.2)
+        finally:
+            self.stop()
+        return self.summary()
+
+    def run_for(self, seconds: float) -> dict[str, int]:
+        stop = threading.Event()
+        threading.Timer(seconds, stop.set).start()
+        return self.run(stop)
+
+    def drain(self, quiet: float = 0.5, limit: float = 30.0) -> None:
+        """Process work until none arrived for ``quiet`` seconds (tests), then flush."""
+        if not self._started:
+            self.start()
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if not self.step(timeout=quiet) and not self._need_resync:
+                break
+        self._flush()
+
+    def summary(self) -> dict[str, int]:
+        return {"events": self.writer.rows_written, "batches": self.writer.batches_written, "gaps": self.gaps,
+                "quarantined": 0}
+
+    def step(self, timeout: float) -> bool:
+        """Handle one queued item (or a pending resync); False when nothing was there."""
+        handled = False
+        if self._need_resync and self.client.connected:
+            self._resync(Source.RESYNC)
+            handled = True
+        try:
+            kind, arg = self.work.get(timeout=timeout)
+        except queue.Empty:
+            kind, arg = "", None
+        if kind:
+            self._handle(kind, arg)
+            handled = True
+        if len(self._pending) >= self.batch_size or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self._flush()
+        return handled
+
+    # ------------------------------------------------------------------ callbacks (never block)
+
+    def _on_state(self, state: str) -> None:
+        self.work.put(("state", state))
+
+    def _on_data(self, event: WatchedEvent) -> None:
+        self.work.put(("node", event.path))
+
+    def _on_children(self, event: WatchedEvent) -> None:
+        self.work.put(("children", event.path))
+
+    # ------------------------------------------------------------------ worker
+
+    def _handle(self, kind: str, arg: Any) -> None:
+        try:
+            if kind == "state":
+                self._handle_state(arg)
+            elif kind == "node":
+                self._visit(arg, Source.WATCH)
+            elif kind == "children":
+                self._children(arg, Source.WATCH)
+        except KazooException as e:  # connection trouble mid-read: the state listener reports the gap
+            log.warning("read failed (%s: %s); will resync after reconnect", type(e).__name__, e)
+            self._need_resync = True
+
+    def _handle_state(self, state: str) -> None:
+        if state in (KazooState.SUSPENDED, KazooState.LOST):
+            if not self._in_gap:
+                self._gap(f"connection {state.lower()}" + ("; session expired or closed" if state == KazooState.LOST else ""))
+            self._in_gap = True
+            self._need_resync = True
+        elif state == KazooState.CONNECTED and self._in_gap:
+            self._in_gap = False
+            self._need_resync = True
+
+    def _gap(self, reason: str) -> None:
+        self.gaps += 1
+        self._emit(ZnodeChange(zxid=self.max_zxid, path="/", op=ZnodeOp.GAP, detail=reason), Source.WATCH)
+        log.warning("collection gap at zxid %d: %s", self.max_zxid, reason)
+        self._flush()
+
+    def _visit(self, path: str, source: Source) -> bool:
+        """Read one znode (re-arming its data watch) and emit what changed; False if it is gone."""
+        try:
+            data, stat = self.client.get(path, watch=self._on_data)
+        except NoNodeError:
+            self._deleted(path, source)
+            return False
+        self._observe(path, data, stat, source)
+        return True
+
+    def _observe(self, path: str, data: bytes, stat: ZnodeStat, source: Source) -> None:
+        old = self.view.get(path)
+        if old is not None and old.mzxid == stat.mzxid and old.czxid == stat.czxid:
+            return  # duplicate notification
+        if old is not None and old.czxid != stat.czxid:
+            self._deleted(path, source)  # deleted and re-created between two reads
+            old = None
+        self.view[path] = Known(stat.version, stat.mzxid, stat.czxid)
+        if old is None:
+            self._emit_stat(path, ZnodeOp.CREATE, stat.czxid, data, stat, source, stat.version or None)
+            self._children(path, source)  # new znode: watch its children too
+        else:
+            missed = stat.version - old.version - 1
+            self._emit_stat(path, ZnodeOp.SET, stat.mzxid, data, stat, source, missed if missed > 0 else None)
+
+    def _children(self, path: str, source: Source) -> None:
+        try:
+            kids = self.client.get_children(path, watch=self._on_children)
+        except NoNodeError:
+            self._deleted(path, source)
+            return
+        prefix = path.rstrip("/") + "/"
+        current = {prefix + k for k in kids}
+        known = {p for p in self.view if p.startswith(prefix) and "/" not in p[len(prefix) :]}
+        for child in sorted(current - set(self.view)):
+            self._visit(child, source)
+        for child in sorted(known - current):
+            self._deleted(child, source)
+
+    def _deleted(self, path: str, source: Source) -> None:
+        old = self.view.pop(path, None)
+        if old is None:
+            return
+        for sub in [p for p in self.view if p.startswith(path.rstrip("/") + "/")]:
+            self._deleted(sub, source)
+        zxid = self._parent_pzxid(path) or old.mzxid
+        self._emit(ZnodeChange(zxid=zxid, path=path, op=ZnodeOp.DELETE, czxid=old.czxid, mzxid=old.mzxid), source)
+
+    def _parent_pzxid(self, path: str) -> int | None:
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent == path:
+            return None
+        stat = self.client.exists(parent)
+        return int(stat.pzxid) if stat is not None else None
+
+    def _resync(self, source: Source) -> None:
+        """Diff the whole subtree against the last known view, re-arming every watch."""
+        self._need_resync = False
+        try:
+            seen: set[str] = set()
+            self._walk("/", seen, source)
+            for gone in sorted(set(self.view) - seen, key=len, reverse=True):
+                self._deleted(gone, source)
+        except KazooException as e:
+            log.warning("resync interrupted (%s); will retry", type(e).__name__)
+            self._need_resync = True
+
+    def _walk(self, path: str, seen: set[str], source: Source) -> None:
+        if not self._visit(path, source):
+            return
+        seen.add(path)
+        try:
+            kids = self.client.get_children(path, watch=self._on_children)
+        except NoNodeError:
+            return
+        for k in kids:
+            self._walk(path.rstrip("/") + "/" + k, seen, source)
+
+    # ------------------------------------------------------------------ rows
+
+    def _emit_stat(
+        self, path: str, op: ZnodeOp, zxid: int, data: bytes, stat: ZnodeStat, source: Source, missed: int | None
+    ) -> None:
+        change = ZnodeChange(
+            zxid=zxid, path=path, op=op, data=data, version=stat.version, czxid=stat.czxid, mzxid=stat.mzxid,
+            pzxid=stat.pzxid, ephemeral_owner=stat.ephemeralOwner, session_id=self._session_id(),
+        )
+        self._emit(change, source, missed)
+
+    def _session_id(self) -> int | None:
+        sid = getattr(self.client, "_session_id", None)
+        return int(sid) if sid is not None else None
+
+    def _emit(self, change: ZnodeChange, source: Source, missed: int | None = None) -> None:
+        self.max_zxid = max(self.max_zxid, change.zxid)
+        self._pending.append(change_row(change, cluster=self.lake.cluster, source=source, missed_versions=missed))
+        if len(self._pending) >= self.batch_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._pending:
+            return
+        self.writer.write(self._pending)
+        self._pending = []
+
+    def _load_view(self) -> None:
+        """The last known tree from our earlier rows in the lake (a restart continues, not re-snapshots)."""
+        if not getattr(self.lake, "exists", lambda _t: False)("znode_events"):
+            return
+        rows = self.lake.read_arrow("znode_events").select(  # type: ignore[attr-defined]
+            ["cluster", "source", "zxid", "path", "op", "version", "mzxid", "czxid"]
+        ).to_pylist()
+        mine = [r for r in rows if r["cluster"] == self.lake.cluster and r["source"] in WATCH_SOURCES]
+        for r in sorted(mine, key=lambda r: (r["zxid"], r["op"] != "DELETE")):
+            self.max_zxid = max(self.max_zxid, r["zxid"])
+            if r["op"] in ("CREATE", "SET"):
+                self.view[r["path"]] = Known(r["version"], r["mzxid"], r["czxid"])
+            elif r["op"] == "DELETE":
+                self.view.pop(r["path"], None)
