@@ -1,0 +1,106 @@
+"""zkledger check: GX suites over real Delta tables read by real Spark."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse.spark_io import read_table
+from models.quality import SUITES
+from tests.users import sample_data as sd
+from zkledger.commands import check as check_command
+from zkledger.context import Context
+from zkledger.quality import run_quality, run_quality_on_batch
+
+pytestmark = pytest.mark.spark
+
+
+def _corrupted() -> dict[str, list[dict[str, Any]]]:
+    """The sample story with one or more deliberate defects per table."""
+    tables = sd.all_tables()
+    zn = tables["znode_events"]
+    zn.append({**zn[0], "zxid": 99})  # same event_id as row 0
+    zn.append({**zn[1], "op": "TELEPORT", "event_id": "bad-op"})
+    tables["metadata_events"].append({"zxid": -5, "type": "OTHER", "event_id": "neg-zxid"})
+    pt = tables["partition_transitions"]
+    pt.append(sd._transition("orders", 1, 80, 250, "OnlinePartition", "HalfOnlinePartition", legal=False))
+    pt.append(sd._transition("orders", 1, 81, 251, "OnlinePartition", "NonExistentPartition", legal=True))
+    pt.append(sd._transition("ghost", 7, 82, 252, "NonExistentPartition", "NewPartition"))
+    tables["replica_transitions"][0]["legal"] = False  # NonExistentReplica -> NewReplica is legal
+    an = tables["anomalies"]
+    an.append({**an[0], "kind": "ALIENS", "severity": "meh"})  # also duplicates anomaly_id
+    tables["controller_tenure"][0]["end_zxid"] = 0  # ends before it starts (start_zxid 1)
+    return tables
+
+
+EXPECTED_FAILURES = {
+    "znode_events": {"unique(event_id)", "in_set(op)"},
+    "metadata_events": {"min_value(zxid)"},
+    "partition_transitions": {"in_set(to_state)", "legal_flag_consistent", "partition_known"},
+    "replica_transitions": {"legal_flag_consistent"},
+    "anomalies": {"in_set(kind)", "in_set(severity)", "unique(anomaly_id)"},
+    "controller_tenure": {"tenure_ordered"},
+}
+
+
+def test_clean_story_passes_and_results_are_stored(spark: Any, lake: Any) -> None:
+    sd.write_story(lake)
+    report = run_quality(spark, lake)
+    assert report.success, [s.line() for s in report.failed_suites]
+    assert {s.table for s in report.suites} == set(sd.all_tables())
+    assert "quarantine" in report.skipped
+    for s in report.suites:
+        assert [r.expectation for r in s.results] == [e.name for e in SUITES[s.table].expectations]
+    stored = lake.read_arrow("quality_results").to_pylist()
+    assert len(stored) == sum(len(s.results) for s in report.suites)
+    assert {r["run_id"] for r in stored} == {report.run_id}
+    assert all(r["success"] for r in stored)
+    versions = {r["table_name"]: r["table_version"] for r in stored}
+    assert versions["anomalies"] == lake.version("anomalies")
+    page = open(os.path.join(lake.root, "_quality", "index.html"), encoding="utf-8").read()
+    assert "anomalies_suite: PASS" in page
+
+
+def test_each_corrupted_table_fails_naming_the_broken_expectation(spark: Any, lake: Any) -> None:
+    sd.write_story(lake, _corrupted())
+    report = run_quality(spark, lake, tables=list(EXPECTED_FAILURES), write_results=False)
+    assert not report.success
+    for table, expected in EXPECTED_FAILURES.items():
+        suite = report.suite(table)
+        assert {r.expectation for r in suite.failed} == expected, suite.line()
+        line = suite.line()
+        assert line.startswith(f"{table}_suite: FAIL")
+        assert all(name in line for name in expected)
+    assert "HalfOnlinePartition" in report.suite("partition_transitions").line()
+
+
+def test_null_key_in_a_batch_fails_not_null(spark: Any, lake: Any) -> None:
+    sd.write_story(lake, {"metadata_events": sd.metadata_events(), "partition_transitions": sd.partition_transitions()})
+    pt = read_table(spark, lake, "partition_transitions")
+    broken = pt.withColumn("event_id", F.when(F.col("zxid") == 20, F.lit(None)).otherwise(F.col("event_id")))
+    report = run_quality_on_batch(spark, {"partition_transitions": broken},
+                                  reference={"metadata_events": read_table(spark, lake, "metadata_events")})
+    failed = {r.expectation for r in report.suite("partition_transitions").failed}
+    assert failed == {"not_null(event_id)"}
+    # without a reference table the cross-table check is left out, not failed
+    alone = run_quality_on_batch(spark, {"partition_transitions": pt})
+    names = [r.expectation for r in alone.suite("partition_transitions").results]
+    assert alone.success and "partition_known" not in names and "legal_flag_consistent" in names
+
+
+def test_check_command_exits_1_and_prints_suite_lines(spark: Any, lake: Any, settings: Any,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    sd.write_story(lake, {"anomalies": _corrupted()["anomalies"]})
+    ctx = Context(settings, lake=lake.root, cluster=lake.cluster)
+    ctx._spark = spark  # the session fixture; ctx.close() is not called so it stays up
+    args = argparse.Namespace(table=None, kafka_version=None, no_store=False)
+    summary, code = check_command.run(args, ctx)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "check FAILED (anomalies)" in summary
+    assert "anomalies_suite: FAIL" in out and "in_set(kind)" in out
+    assert lake.exists("quality_results")
