@@ -15,7 +15,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from models.states import parse_kafka_version
+from models.states import ReplicaState, parse_kafka_version
 from simulator import payloads
 from simulator.cluster import Cluster, Controller, PartitionView, ZnodeWrite
 
@@ -34,7 +34,7 @@ SCENARIOS: dict[str, Scenario] = {
     "startup": {"brokers": 3, "topics": [_topic("orders", 3), _topic("payments", 2)], "steps": _START,
                 "expected_anomalies": []},
     "controlled-shutdown": {"brokers": 3, "topics": [_topic("orders", 3)],
-                            "steps": [*_START, {"op": "controlled_shutdown", "broker": 2},
+                            "steps": [*_START, {"op": "controlled_shutdown", "broker": "non-controller"},
                                       {"op": "checkpoint", "name": "after-shutdown"}],
                             "expected_anomalies": []},
     "broker-crash": {"brokers": 3, "topics": [_topic("orders", 3)],
@@ -45,9 +45,9 @@ SCENARIOS: dict[str, Scenario] = {
                             "expected_anomalies": []},
     "zombie-controller": {
         "brokers": 3, "topics": [_topic("orders", 3)],
-        "steps": [*_START, {"op": "zombie", "topic": "orders", "partition": 0}, {"op": "checkpoint", "name": "after-zombie"}],
+        "steps": [*_START, {"op": "zombie", "topic": "orders"}, {"op": "checkpoint", "name": "after-zombie"}],
         "expected_anomalies": [
-            {"kind": "ZOMBIE_CONTROLLER_WRITE", "topic": "orders", "partition": 0, "versions": "<2.1"},
+            {"kind": "ZOMBIE_CONTROLLER_WRITE", "topic": "orders", "partition": "$zombie", "versions": "<2.1"},
             {"kind": "SPLIT_BRAIN", "versions": "<2.1"},
             {"kind": "FENCED_CONTROLLER_WRITE", "versions": ">=2.1"},
             {"kind": "STALE_CONTROLLER_REQUEST"},
@@ -72,8 +72,8 @@ SCENARIOS: dict[str, Scenario] = {
     "unclean-election": {
         "brokers": 3, "topics": [_topic("logs", 1, rf=2, unclean=True)],
         "steps": [*_START, {"op": "isr_shrink", "topic": "logs", "partition": 0, "remove": "follower"},
-                  {"op": "crash", "broker": "leader:logs-0"}, {"op": "checkpoint", "name": "offline"},
-                  {"op": "restart", "broker": "follower:logs-0"}, {"op": "checkpoint", "name": "after-unclean"}],
+                  {"op": "crash", "broker": "follower:logs-0"}, {"op": "crash", "broker": "leader:logs-0"},
+                  {"op": "checkpoint", "name": "offline"}, {"op": "restart", "broker": "crashed:0"}, {"op": "checkpoint", "name": "after-unclean"}],
         "expected_anomalies": [
             {"kind": "OFFLINE_PARTITION", "topic": "logs", "partition": 0},
             {"kind": "UNCLEAN_LEADER_ELECTION", "topic": "logs", "partition": 0},
@@ -159,8 +159,8 @@ def run_scenario(name_or_path: str, zk_hosts: str, kafka_version: str = "3.8", l
             runner.run(step)
     finally:
         cluster.close()
-    expected = [{k: v for k, v in e.items() if k != "versions"} for e in spec.get("expected_anomalies", [])
-                if applies(e, kafka_version)]
+    expected = [{k: runner.resolved.get(v, v) if isinstance(v, str) else v for k, v in e.items() if k != "versions"}
+                for e in spec.get("expected_anomalies", []) if applies(e, kafka_version)]
     files = sorted(f for b in cluster.brokers.values() for f in b.logs.paths() if f.exists())
     return ScenarioResult(name, kafka_version, seed, expected, cluster.writes, runner.checkpoints, files,
                           [t["name"] for t in spec["topics"]])
@@ -173,6 +173,8 @@ class _Runner:
         self.cluster = cluster
         self.spec = spec
         self.checkpoints: dict[str, Checkpoint] = {}
+        self.crashed: list[int] = []
+        self.resolved: dict[str, Any] = {}  # "$zombie" -> the partition the zombie wrote
 
     @property
     def ctl(self) -> Controller:
@@ -187,7 +189,11 @@ class _Runner:
         """`3`, or `leader:t-0` / `follower:t-0` (resolved against the controller's view)."""
         if isinstance(ref, int):
             return ref
+        if ref == "non-controller":
+            return max(b for b, br in self.cluster.brokers.items() if br.alive and b != self.ctl.id)
         role, key = ref.split(":")
+        if role == "crashed":
+            return self.crashed[int(key)]
         p = self.ctl.partitions[key]
         if role == "leader":
             return p.leader
@@ -227,15 +233,17 @@ class _Runner:
     def _checkpoint(self, step: dict[str, Any]) -> None:
         zxid = _last_zxid(self.cluster.admin)
         epoch = self.cluster.read_epoch()
+        states = {k: str(p.state) for k, p in self.ctl.partitions.items()}
         parts = {k: {"leader": p.leader, "leader_epoch": p.leader_epoch, "isr": list(p.isr), "replicas": list(p.replicas),
-                     "controller_epoch": p.controller_epoch, "state": str(p.state)}
-                 for k, p in sorted(self.ctl.partitions.items())}
+                     "controller_epoch": p.controller_epoch, "state": states.get(k)}
+                 for k, p in sorted(self.cluster.load_partitions().items())}  # what ZooKeeper holds
         self.checkpoints[step["name"]] = Checkpoint(step["name"], zxid, self.cluster.read_controller_id(),
                                                     epoch[0] if epoch else None, tuple(sorted(self.cluster.live_ids())), parts)
 
     def _crash(self, step: dict[str, Any]) -> None:
         b = self._broker_ref(step["broker"])
         was_controller = self.cluster.controller is not None and self.cluster.controller.id == b
+        self.crashed.append(b)
         self.cluster.brokers[b].stop_session()
         if was_controller:
             self.cluster.elect_any()
@@ -248,7 +256,7 @@ class _Runner:
         self.ctl.on_broker_change([b], [], [])
 
     def _controlled_shutdown(self, step: dict[str, Any]) -> None:
-        b = int(step["broker"])
+        b = self._broker_ref(step["broker"])
         if self.ctl.id == b:
             raise ValueError("controlled_shutdown of the controller itself is not simulated")
         self.ctl.controlled_shutdown(b)
@@ -321,7 +329,7 @@ class _Runner:
         self._write_assignment(topic, {p.partition: full}, adding, removing)
         p.replicas = full
         for r in adding[p.partition]:
-            ctl.move_replica(p, r, __import__("models.states", fromlist=["ReplicaState"]).ReplicaState.NEW)
+            ctl.move_replica(p, r, ReplicaState.NEW)
         ctl.write_states([p], [{"leader": p.leader, "leader_epoch": p.leader_epoch + 1, "isr": p.isr}], "PartitionReassignment")
         self._isr_change(p, [r for r in full if r in ctl.live])  # new replicas caught up
         from models.states import PartitionState as PS
@@ -347,9 +355,12 @@ class _Runner:
         current = {int(k): v for k, v in json.loads(data)["partitions"].items()}
         current.update(changed)
         topic_id = json.loads(data).get("topic_id")
-        new = payloads.encode_topic_assignment(current, self.cluster.kafka_version,
-                                               adding={k: v for k, v in adding.items() if v},
-                                               removing={k: v for k, v in removing.items() if v}, topic_id=topic_id)
+        if self.cluster.version >= (2, 4):  # adding/removing maps exist from topic znode v2 (2.4)
+            new = payloads.encode_topic_assignment(current, self.cluster.kafka_version,
+                                                   adding={k: v for k, v in adding.items() if v},
+                                                   removing={k: v for k, v in removing.items() if v}, topic_id=topic_id)
+        else:
+            new = payloads.encode_topic_assignment(current, self.cluster.kafka_version)
         self.ctl.commit([[("set", f"/brokers/topics/{topic}", new, stat.version)]], "PartitionReassignment")
 
     def _zombie(self, step: dict[str, Any]) -> None:
@@ -365,8 +376,10 @@ class _Runner:
         old_broker.stop_session()  # session expiry: /controller and /brokers/ids/N vanish
         successor = self.cluster.elect_any(exclude={old_broker.id})
         old_broker.connect()  # the zombie's ZooKeeper client reconnects with a fresh session
-        p = zombie.partitions[f"{step['topic']}-{step['partition']}"]
-        others = [r for r in p.isr if r != p.leader]
+        # A partition the successor had no reason to touch (not led by the zombie's broker).
+        p = next(p for k, p in sorted(zombie.partitions.items()) if p.topic == step["topic"] and p.leader != old_broker.id)
+        self.resolved["$zombie"] = p.partition
+        others = [r for r in p.isr if r not in (p.leader, old_broker.id)]
         proposal = {"leader": others[0], "leader_epoch": p.leader_epoch + 1, "isr": p.isr}
         if zombie.write_states([p], [proposal], "ReplicaLeaderElection")[0]:
             lai = zombie.t.leader_and_isr(p.leader, p.leader_epoch, p.isr, p.zk_version)
