@@ -195,12 +195,12 @@ PAYLOAD_SPECS: Final[dict[PathKind, tuple[FieldSpec, ...]]] = {
         F("block_end", "int_str"),
     ),
     PathKind.FEATURE: (F("version", "int"), F("status", "int"), F("features", "object")),
-    PathKind.MIGRATION: (
-        F("version", "int"),
-        F("kraft_controller_id", "int"),
-        F("kraft_controller_epoch", "int"),
-        F("kraft_metadata_offset", "int"),
-        F("kraft_metadata_epoch", "int"),
+    PathKind.MIGRATION: (  # version 0, so since=0
+        F("version", "int", since=0),
+        F("kraft_controller_id", "int", since=0),
+        F("kraft_controller_epoch", "int", since=0),
+        F("kraft_metadata_offset", "int", since=0),
+        F("kraft_metadata_epoch", "int", since=0),
     ),
 }
 

@@ -71,8 +71,12 @@ def test_partition_table_is_kafkas(version: str) -> None:
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("1.0", KAFKA_REPLICA_TABLE_2_2), ("2.2.2", KAFKA_REPLICA_TABLE_2_2), ("2.3.0", KAFKA_REPLICA_TABLE_2_3)]
-    + [("3.8", KAFKA_REPLICA_TABLE_2_3)],
+    [
+        ("1.0", KAFKA_REPLICA_TABLE_2_2),
+        ("2.2.2", KAFKA_REPLICA_TABLE_2_2),
+        ("2.3.0", KAFKA_REPLICA_TABLE_2_3),
+        ("3.8", KAFKA_REPLICA_TABLE_2_3),
+    ],
 )
 def test_replica_table_is_kafkas(version: str, expected: dict[str, set[str]]) -> None:
     assert _as_strings(replica_valid_previous(version)) == expected
@@ -80,8 +84,11 @@ def test_replica_table_is_kafkas(version: str, expected: dict[str, set[str]]) ->
 
 def test_state_names_and_codes_are_kafkas() -> None:
     # PartitionState.state byte codes (PSM) and ReplicaState codes (RSM) minus one
-    assert [str(s) for s in PARTITION_STATES_BY_CODE] == list(KAFKA_PARTITION_TABLE)[:3] + [
-        "NonExistentPartition"
+    assert [str(s) for s in PARTITION_STATES_BY_CODE] == [
+        "NewPartition",
+        "OnlinePartition",
+        "OfflinePartition",
+        "NonExistentPartition",
     ]
     assert [str(s) for s in REPLICA_STATES_BY_CODE] == [
         "NewReplica",
