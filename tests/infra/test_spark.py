@@ -1,0 +1,48 @@
+"""The SparkSession factory: a real session whose Python workers run this interpreter."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conf.settings import load_settings
+from zkledger.spark import ROCKSDB_PROVIDER, spark_conf
+
+pytestmark = pytest.mark.spark
+
+
+def test_python_udf_runs_on_the_project_interpreter(spark: object) -> None:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import col, udf
+
+    assert isinstance(spark, SparkSession)
+
+    @udf("string")
+    def worker_python(x: int) -> str:
+        import sys as worker_sys
+
+        return f"{worker_sys.executable}|{x * 2}"
+
+    rows = spark.range(3).select(worker_python(col("id")).alias("v")).collect()
+    assert sorted(r.v for r in rows) == [f"{sys.executable}|{n}" for n in (0, 2, 4)]
+
+
+def test_session_is_configured_as_the_project_needs(spark: object) -> None:
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    get = spark.conf.get
+    assert get("spark.sql.session.timeZone") == "UTC"
+    assert get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER
+    assert get("spark.sql.shuffle.partitions") == "2"
+    assert get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert spark.sparkContext.master == "local[2]"
+    assert spark.sparkContext.uiWebUrl is None
+
+
+def test_extra_conf_from_settings_wins() -> None:
+    settings = load_settings(overrides={"spark.extra": {"spark.sql.session.timeZone": "Europe/Paris", "x.y": 1}})
+    conf = spark_conf(settings)
+    assert conf["spark.sql.session.timeZone"] == "Europe/Paris" and conf["x.y"] == "1"
+    assert conf["spark.pyspark.python"] == sys.executable
