@@ -1,0 +1,244 @@
+"""Kafka log collector: controller.log / state-change.log / server.log -> ``controller_decisions``.
+
+Lines are parsed by ``collectors.log_parser`` (pure). This module does the file I/O:
+
+* one writer per file generation: ``writer_id = "logs:<abs path>@<inode>"``; ``batch_seq`` = the
+  last line fully consumed, so re-running adds nothing and a partial run continues where it
+  committed (a record whose continuation lines may still come is never cut in two).
+* ``event_id = event_id(cluster, source_file, inode, line_no)``: the inode keeps the lines of a
+  rotated file apart from the new file created at the same path.
+* ``follow=True`` tails the files; rotation (rename to ``.1`` + new file) is seen as an inode
+  change: the old handle is read to its end, then the new file is read from line 1.
+  copytruncate rotation (same inode, size shrinks) is not supported: the generation is finished.
+* unparseable WARN/ERROR lines go to ``quarantine`` (source ``logs``, ref ``<file>:<line>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+from collectors.log_parser import LogParser, ParsedRecord, RejectedLine
+from models.ids import event_id
+
+log = logging.getLogger(__name__)
+
+DECISIONS = "controller_decisions"
+QUARANTINE = "quarantine"
+SOURCE = "logs"
+BATCH_LINES = 20_000  # commit at least this often on big files so a crash loses little work
+_LOG_NAMES = re.compile(r"^(?:controller\.log.*|state-change\.log.*|server\.log.*|.*\.log)$")
+_BROKER_DIR = re.compile(r"^(?:broker|kafka)[-_]?(\d+)$")
+_RECORD_COLUMNS = ("ts", "level", "logger", "controller_id", "controller_epoch", "broker_id", "kind", "topic",
+                   "partition", "replica", "from_state", "to_state", "leader", "leader_epoch", "isr", "success",
+                   "message")
+
+
+class LakeLike(Protocol):
+    cluster: str
+
+    def append(self, table: str, rows: Any, writer_id: str, batch_seq: int) -> bool: ...
+
+    def last_batch_seq(self, table: str, writer_id: str) -> int | None: ...
+
+
+def find_log_files(path: Path) -> list[Path]:
+    """The file itself, or every Kafka log file under a directory (recursive, sorted)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    return sorted(p for p in path.rglob("*") if p.is_file() and _LOG_NAMES.match(p.name))
+
+
+def broker_from_path(path: Path) -> int | None:
+    """Broker id from a directory named like ``broker-3`` / ``kafka_3`` (nearest one wins)."""
+    for part in reversed(path.parent.parts):
+        m = _BROKER_DIR.match(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def decision_row(rec: ParsedRecord, cluster: str, source_file: str, inode: int) -> dict[str, Any]:
+    row = {k: v for k, v in asdict(rec).items() if k in _RECORD_COLUMNS}
+    row["kind"] = str(rec.kind)
+    row.update(cluster=cluster, source_file=source_file, line_no=rec.line_no,
+               event_id=event_id(cluster, source_file, inode, rec.line_no))
+    return row
+
+
+def quarantine_row(rej: RejectedLine, cluster: str, source_file: str, observed_at: datetime) -> dict[str, Any]:
+    ref = f"{source_file}:{rej.line_no}"
+    return {"cluster": cluster, "source": SOURCE, "raw": rej.raw, "reason": rej.reason, "observed_at": observed_at,
+            "ref": ref, "event_id": event_id(cluster, SOURCE, ref, rej.reason)}
+
+
+class FileTail:
+    """One generation (inode) of one log file, read incrementally and committed idempotently."""
+
+    def __init__(self, lake: LakeLike, path: Path, broker_id: int | None, stats: Counter[str]) -> None:
+        self.lake, self.path, self.stats = lake, path.resolve(), stats
+        self.source_file = str(self.path)
+        self.fh: BinaryIO = open(self.path, "rb")  # closed by close()
+        self.inode = os.fstat(self.fh.fileno()).st_ino
+        self.writer_id = f"logs:{self.source_file}@{self.inode}"
+        self.broker_id = broker_id if broker_id is not None else broker_from_path(self.path)
+        self._sticky_broker: int | None = None
+        self.parser = LogParser()
+        self.committed = lake.last_batch_seq(DECISIONS, self.writer_id) or 0
+        self.q_committed = lake.last_batch_seq(QUARANTINE, self.writer_id) or 0
+        self.line_no = 0
+        self._records: list[ParsedRecord] = []
+        self._rejected: list[RejectedLine] = []
+        self._skip_committed()
+
+    def _skip_committed(self) -> None:
+        # resume: lines up to the committed batch_seq are done; the parser restarts on a record boundary
+        while self.line_no < self.committed:
+            pos = self.fh.tell()
+            line = self.fh.readline()
+            if not line.endswith(b"\n"):
+                self.fh.seek(pos)
+                break
+            self.line_no += 1
+        if self.committed:
+            self.stats["resumed_files"] += 1
+
+    def close(self) -> None:
+        self.fh.close()
+
+    def pump(self, final: bool) -> int:
+        """Read what is there; commit finished records. ``final`` also takes a last unterminated line."""
+        read = 0
+        while True:
+            pos = self.fh.tell()
+            raw = self.fh.readline()
+            if not raw:
+                break
+            if not raw.endswith(b"\n") and not final:
+                self.fh.seek(pos)  # the writer is mid-line: wait for the rest
+                break
+            self.line_no += 1
+            read += 1
+            self._take(self.parser.feed(self.line_no, raw.decode("utf-8", errors="replace")))
+            if read % BATCH_LINES == 0:
+                self._commit(final=False)
+        if final:
+            self._take(self.parser.flush())
+        self._commit(final)
+        self.stats["lines"] += read
+        return read
+
+    def _take(self, items: list[ParsedRecord | RejectedLine]) -> None:
+        for item in items:
+            if isinstance(item, RejectedLine):
+                self._rejected.append(item)
+                continue
+            if item.broker_id is not None and self._sticky_broker is None and item.logger is not None:
+                self._sticky_broker = item.broker_id
+            if self.broker_id is not None:
+                item.broker_id = self.broker_id  # the operator's --broker-id / directory name wins
+            elif item.broker_id is None:
+                item.broker_id = self._sticky_broker
+            self._records.append(item)
+
+    def _commit(self, final: bool) -> None:
+        pending = self.parser.pending_line_no
+        boundary = self.line_no if (final or pending is None) else pending - 1
+        if boundary <= self.committed:
+            return
+        cluster = self.lake.cluster
+        now = datetime.now(UTC)
+        q_rows = [quarantine_row(r, cluster, self.source_file, now)
+                  for r in self._rejected if self.q_committed < r.line_no <= boundary]
+        d_rows = [decision_row(r, cluster, self.source_file, self.inode)
+                  for r in self._records if r.line_no <= boundary]
+        # quarantine first: its own batch_seq filter (above) makes a crash between the two commits harmless
+        if q_rows and self.lake.append(QUARANTINE, q_rows, writer_id=self.writer_id, batch_seq=boundary):
+            self.stats["quarantined"] += len(q_rows)
+        if self.lake.append(DECISIONS, d_rows, writer_id=self.writer_id, batch_seq=boundary):
+            self.stats["records"] += len(d_rows)
+        self.committed = self.q_committed = boundary
+        self._records = [r for r in self._records if r.line_no > boundary]
+        self._rejected = [r for r in self._rejected if r.line_no > boundary]
+
+    def rotated(self) -> bool:
+        """True when the path now names another file (rename rotation) or the file shrank."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False  # renamed away and not yet re-created: keep reading the old handle
+        return st.st_ino != self.inode or st.st_size < self.fh.tell()
+
+
+def collect_logs(
+    lake: LakeLike,
+    path: str | os.PathLike[str],
+    follow: bool = False,
+    broker_id: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    stop_event: threading.Event | None = None,
+    poll_interval: float = 0.5,
+) -> dict[str, Any]:
+    """Parse Kafka logs at ``path`` (file or directory) into ``controller_decisions``; returns a summary.
+
+    With ``follow`` it keeps tailing (new files in a directory too) until ``stop_event`` is set.
+    """
+    root = Path(path)
+    stats: Counter[str] = Counter()
+    tails: dict[Path, FileTail] = {}
+    finished: set[int] = set()  # inodes of generations finished after a rotation in this run
+    stop = stop_event or threading.Event()
+    try:
+        while True:
+            for file in find_log_files(root):
+                key = file.resolve()
+                if key not in tails and not _is_rotated_copy(key, tails, finished):
+                    tails[key] = FileTail(lake, key, broker_id, stats)
+                    stats["files"] += 1
+            for key, tail in list(tails.items()):
+                tail.pump(final=not follow)
+                if follow and tail.rotated():
+                    tail.pump(final=True)  # finish the old generation through its handle
+                    tail.close()
+                    finished.add(tail.inode)
+                    tails[key] = FileTail(lake, key, broker_id, stats)
+                    stats["rotations"] += 1
+                    tails[key].pump(final=False)
+            if progress is not None:
+                progress(stats["lines"])
+            if not follow or stop.wait(poll_interval):
+                break
+        if follow:
+            for tail in tails.values():
+                tail.pump(final=True)
+    finally:
+        for tail in tails.values():
+            tail.close()
+    for tail in tails.values():
+        for key, n in tail.parser.stats.items():
+            stats[f"parse_{key}"] += n
+    summary: dict[str, Any] = {"files": stats["files"], "lines": stats["lines"], "records": stats["records"],
+                               "quarantined": stats["quarantined"], "rotations": stats["rotations"],
+                               "skipped": stats["parse_noise"] + stats["parse_orphan_continuation"],
+                               "cut_lines": stats["parse_cut"]}
+    log.info("collect_logs %s: %s", root, summary)
+    return summary
+
+
+def _is_rotated_copy(path: Path, tails: dict[Path, FileTail], finished: set[int]) -> bool:
+    """A ``.1`` file whose inode is a generation we already read (follow mode after a rename)."""
+    try:
+        ino = os.stat(path).st_ino
+    except FileNotFoundError:
+        return True
+    return ino in finished or any(t.inode == ino for t in tails.values())
