@@ -1,18 +1,23 @@
-"""`zkledger rebuild`: STUB until issue 4 lands; the owner replaces this whole file."""
+"""`zkledger rebuild`: bronze -> metadata events -> state machines -> anomalies, as one deterministic batch."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from zkledger.errors import NotImplementedYet
-
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("rebuild", help="batch: bronze -> silver -> state machines -> anomalies, deterministic", description="Batch: bronze -> silver -> state machines -> anomalies, deterministic.")
-    # no options of its own
+    parser = subparsers.add_parser(
+        "rebuild", help="batch: bronze -> silver -> state machines -> anomalies, deterministic",
+        description="Recompute every derived table from the bronze tables (znode_events, controller_decisions). "
+                    "Running it twice on the same bronze gives identical tables.")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    raise NotImplementedYet("rebuild", issue=4)
+    from jobs._common import rebuild
+
+    counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake)
+    return (f"rebuilt {counts['metadata_events']} metadata events, {counts['partition_transitions']} partition and "
+            f"{counts['replica_transitions']} replica transitions, {counts['anomalies']} anomalies "
+            f"({counts['quarantine']} quarantined)")

@@ -1,0 +1,84 @@
+"""Shared wiring of the pipeline jobs and commands: argument parsing, lake reads, increment writes.
+
+``pipelines`` stays DataFrame -> DataFrame; everything that touches the lake lives here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from lakehouse.spark_io import read_table, write_batch
+from pipelines.controller import GLOBAL_TYPES
+from pipelines.engine import DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakehouse import Lake
+
+log = logging.getLogger(__name__)
+
+REBUILD_WRITER = "rebuild"
+
+
+def job_args(argv: Sequence[str] | None, description: str) -> argparse.Namespace:
+    """--conf/--lake/--cluster, as the CLI's global options."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--conf", default=None, help="TOML settings file")
+    p.add_argument("--lake", default=None, help="root of the Delta tables")
+    p.add_argument("--cluster", default=None, help="cluster name")
+    p.add_argument("--trigger", type=float, default=None, help="monitor: seconds between micro-batches")
+    p.add_argument("--available-now", action="store_true", help="monitor: process what is there, then stop")
+    return p.parse_args(argv)
+
+
+def read_or_empty(spark: SparkSession, lake: Lake, table: str) -> DataFrame:
+    lake.ensure(table)
+    return read_table(spark, lake, table)
+
+
+def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
+    """Batch: all bronze history through one increment from empty state; overwrites every derived table."""
+    znodes = read_or_empty(spark, lake, "znode_events")
+    decisions = read_or_empty(spark, lake, "controller_decisions")
+    out = run_increment(spark, znodes, decisions, empty_carried(spark), cluster=lake.cluster)
+    counts: dict[str, int] = {}
+    for table in DERIVED_TABLES:
+        lake.ensure(table)
+        seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
+        df = out[table].localCheckpoint()
+        counts[table] = df.count()
+        write_batch(df, lake, table, REBUILD_WRITER, seq, mode="overwrite")
+    return counts
+
+
+def carried_from_lake(spark: SparkSession, lake: Lake) -> Carried:
+    """The state a micro-batch continues from: state tables, log terms, global history, known ids."""
+    meta = read_or_empty(spark, lake, "metadata_events")
+    global_rows = [r.asDict() for r in meta.filter(F.col("type").isin(*GLOBAL_TYPES)).collect()]
+    return Carried(
+        partition_state=read_or_empty(spark, lake, "partition_state"),
+        replica_state=read_or_empty(spark, lake, "replica_state"),
+        log_terms=read_or_empty(spark, lake, "controller_tenure").filter("source = 'logs'"),
+        global_events=global_rows,
+        zk_writes=meta.filter("type = 'PARTITION_STATE_WRITTEN'").select("topic", "partition", "leader", "leader_epoch"),
+        known_event_ids=meta.select("event_id"),
+    )
+
+
+def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> Any:
+    """Write one micro-batch's outputs exactly once (state tables last); returns its new anomalies."""
+    anomalies = out["anomalies"].localCheckpoint()
+    for table in DERIVED_TABLES:
+        lake.ensure(table)
+        df = anomalies if table == "anomalies" else out[table].localCheckpoint()
+        write_batch(df, lake, table, writer_id, batch_seq, mode="append" if table in _APPEND else "overwrite")
+    return anomalies
+
+
+_APPEND = frozenset({"metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies"})

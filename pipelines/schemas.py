@@ -1,0 +1,34 @@
+"""Spark StructTypes derived from ``models.tables`` (the one source of truth for columns)."""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+from models.tables import ALL_TABLES, TableSpec
+
+_SCALARS: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.IntegerType(),
+    "bigint": T.LongType(),
+    "double": T.DoubleType(),
+    "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(),
+    "binary": T.BinaryType(),
+    "array<int>": T.ArrayType(T.IntegerType()),
+    "array<string>": T.ArrayType(T.StringType()),
+}
+
+
+def spark_type(type_name: str) -> T.DataType:
+    """The Spark type of one column type of the models.tables vocabulary."""
+    return _SCALARS[type_name]
+
+
+def struct_of(spec: TableSpec) -> T.StructType:
+    """StructType with the spec's columns in order (nullability kept loose: Spark relaxes it anyway)."""
+    return T.StructType([T.StructField(c.name, spark_type(c.type), True) for c in spec.columns])
+
+
+def schema(table: str) -> T.StructType:
+    """StructType of a lake table by name."""
+    return struct_of(ALL_TABLES[table])
