@@ -1,0 +1,267 @@
+"""Controller terms and predicates (I1-I3, I9), and the metadata -> state-machine inference and fold."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.controller import (
+    ControllerTerm,
+    Decision,
+    build_terms,
+    epoch_regressions,
+    is_zombie_write,
+    split_brain,
+)
+from models.errors import OutOfOrderEventError
+from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
+from models.fold import (
+    PartitionView,
+    infer_partition_target,
+    infer_replica_targets,
+    project_metadata,
+    reseed_after_failover,
+)
+from models.states import PartitionState as P
+from models.states import ReplicaState as R
+from models.znode_codec import decode, encode_controller, encode_controller_epoch, encode_partition_state
+
+T = MetadataEventType
+
+
+def ev(zxid: int, type_: T, **kw: object) -> MetadataEvent:
+    return MetadataEvent(zxid=zxid, type=type_, **kw)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------ terms
+def test_terms_two_step_election_up_to_2_0() -> None:
+    events = [
+        ev(10, T.CONTROLLER_ELECTED, controller_id=1),
+        ev(11, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=1),
+        ev(20, T.CONTROLLER_RESIGNED),
+        ev(21, T.CONTROLLER_ELECTED, controller_id=2),
+        ev(23, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=2),
+    ]
+    assert build_terms(events) == [
+        ControllerTerm(1, 1, 10, 20),
+        ControllerTerm(2, 2, 21, None),
+    ]
+
+
+def test_terms_from_real_2_1_multi_payloads_in_either_order() -> None:
+    # 2.1+: create /controller and set /controller_epoch in one multi: one zxid
+    changes = [
+        ZnodeChange(30, "/controller_epoch", ZnodeOp.SET, encode_controller_epoch(5)),
+        ZnodeChange(30, "/controller", ZnodeOp.CREATE, encode_controller(3, 1, "2.8")),
+        ZnodeChange(40, "/controller", ZnodeOp.DELETE),
+        ZnodeChange(41, "/controller", ZnodeOp.CREATE, encode_controller(1, 2, "2.8")),
+        ZnodeChange(41, "/controller_epoch", ZnodeOp.SET, encode_controller_epoch(6)),
+    ]
+    events = [e for c in changes for e in decode(c)]
+    assert build_terms(events) == [ControllerTerm(3, 5, 30, 40), ControllerTerm(1, 6, 41, None)]
+
+
+def test_terms_dedupe_and_election_without_resign() -> None:
+    events = [
+        ev(1, T.CONTROLLER_ELECTED, controller_id=1),
+        ev(1, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=1),
+        ev(2, T.CONTROLLER_ELECTED, controller_id=1),  # resync of the same /controller
+        ev(9, T.CONTROLLER_ELECTED, controller_id=2),  # the delete was missed (watch gap)
+        ev(9, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=2),
+        ev(12, T.PARTITION_STATE_WRITTEN, topic="t", partition=0),
+    ]
+    terms = build_terms(events)
+    assert [(t.controller_id, t.controller_epoch, t.start_zxid, t.end_zxid) for t in terms] == [
+        (1, 1, 1, 9),
+        (2, 2, 9, None),
+    ]
+    assert terms[0].contains(5) and not terms[0].contains(9) and terms[1].contains(10**9)
+
+
+# ------------------------------------------------------------------------------------- predicates
+@pytest.mark.parametrize(
+    ("write_epoch", "current", "bumped", "zombie"),
+    [
+        (4, 5, True, True),  # KAFKA-3083: leader-epoch bump with a stale controller_epoch
+        (4, 5, False, False),  # leader-originated ISR write (IBP <2.7-IV2): legitimate old epoch
+        (5, 5, True, False),
+        (6, 5, True, False),  # newer than what we saw (our epoch view lags): not a zombie
+        (None, 5, True, False),
+        (4, None, True, False),
+    ],
+)
+def test_is_zombie_write(write_epoch: int | None, current: int | None, bumped: bool, zombie: bool) -> None:
+    assert is_zombie_write(write_epoch, current, bumped) is zombie
+
+
+def test_split_brain_stale_epoch_and_overlap() -> None:
+    decisions = [
+        Decision(1, 4, 100, "a"),
+        Decision(2, 5, 110, "b"),
+        Decision(1, 4, 120, "c"),  # the zombie keeps acting after epoch 5 exists
+        Decision(2, 5, 130, "d"),
+    ]
+    found = split_brain(decisions)
+    reasons = [(f.reason, f.controller_ids, f.at) for f in found]
+    assert ("stale_epoch", (2, 1), 120) in reasons
+    assert ("overlapping_terms", (1, 2), 110) in reasons
+    stale = next(f for f in found if f.reason == "stale_epoch")
+    assert stale.refs == ("b", "c") and stale.kind == "SPLIT_BRAIN"
+
+
+def test_split_brain_same_epoch_two_ids() -> None:
+    found = split_brain([Decision(1, 7, 1), Decision(2, 7, 50)])
+    assert [f.reason for f in found if f.reason == "same_epoch"] == ["same_epoch"]
+
+
+def test_clean_failover_is_not_split_brain() -> None:
+    decisions = [Decision(1, 4, 10), Decision(1, 4, 20), Decision(2, 5, 30), Decision(2, 5, 40)]
+    assert split_brain(reversed(decisions)) == []
+
+
+def test_epoch_regressions_i1_i2() -> None:
+    events = [
+        ev(1, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=3),
+        ev(2, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=5),  # a jump: gap, not a regression
+        ev(3, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=4),  # I1 broken
+        ev(4, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=5),
+        ev(5, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=5),  # ISR-only: fine
+        ev(6, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=2, leader_epoch=5),  # no bump
+        ev(7, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=2, leader_epoch=3),  # decreased
+        ev(8, T.TOPIC_DELETED, topic="t"),
+        ev(9, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=0),  # new incarnation
+        ev(10, T.PARTITION_ASSIGNED, topic="u", partition=0, detail={"topic_id": "A"}),
+        ev(11, T.PARTITION_STATE_WRITTEN, topic="u", partition=0, leader=1, leader_epoch=9),
+        ev(12, T.PARTITION_ASSIGNED, topic="u", partition=0, detail={"topic_id": "B"}),
+        ev(13, T.PARTITION_STATE_WRITTEN, topic="u", partition=0, leader=1, leader_epoch=0),
+    ]
+    found = epoch_regressions(events)
+    assert [(r.kind, r.zxid, r.previous, r.current, r.reason) for r in found] == [
+        ("CONTROLLER_EPOCH_REGRESSION", 3, 5, 4, "controller_epoch_decreased"),
+        ("LEADER_EPOCH_REGRESSION", 6, 5, 5, "leader_changed_without_epoch_bump"),
+        ("LEADER_EPOCH_REGRESSION", 7, 5, 3, "leader_epoch_decreased"),
+    ]
+
+
+# -------------------------------------------------------------------------------------- inference
+def test_infer_partition_target_rules() -> None:
+    live = {1, 2}
+    assigned = ev(1, T.PARTITION_ASSIGNED, topic="t", partition=0, replicas=(1, 2))
+    assert infer_partition_target(None, assigned, live) is P.NEW
+    assert infer_partition_target(PartitionView(state=P.ONLINE), assigned, live) is None  # reassignment
+    online = ev(2, T.PARTITION_STATE_WRITTEN, leader=1, leader_epoch=0, isr=(1, 2))
+    offline = ev(3, T.PARTITION_STATE_WRITTEN, leader=-1, leader_epoch=1, isr=(1,))
+    new = PartitionView(state=P.NEW, replicas=(1, 2))
+    assert infer_partition_target(new, online, live) is P.ONLINE
+    assert infer_partition_target(new, offline, live) is P.OFFLINE
+    on = PartitionView(state=P.ONLINE, replicas=(1, 2), leader=1, leader_epoch=0, isr=(1, 2))
+    isr_only = ev(4, T.PARTITION_STATE_WRITTEN, leader=1, leader_epoch=0, isr=(1,))
+    assert infer_partition_target(on, isr_only, live) is None
+    assert infer_partition_target(on, ev(5, T.TOPIC_DELETION_REQUESTED, topic="t"), live) is P.OFFLINE
+    assert infer_partition_target(on, ev(6, T.TOPIC_DELETED, topic="t"), live) is P.NON_EXISTENT
+    gone = PartitionView(state=P.NON_EXISTENT)
+    assert infer_partition_target(gone, ev(7, T.TOPIC_DELETED, topic="t"), live) is None
+
+
+def test_infer_replica_targets_rules() -> None:
+    view = PartitionView(
+        state=P.ONLINE,
+        replicas=(1, 2, 3),
+        leader=1,
+        leader_epoch=3,
+        isr=(1, 2, 3),
+        replica_states={1: R.ONLINE, 2: R.ONLINE, 3: R.ONLINE},
+    )
+    # broker 3 died: removed from the ISR -> OfflineReplica; broker 2 only lagged (alive): no step
+    shrink = ev(5, T.PARTITION_STATE_WRITTEN, leader=1, leader_epoch=4, isr=(1,))
+    assert infer_replica_targets(view, shrink, {1, 2}) == [(3, R.OFFLINE)]
+    assert infer_replica_targets(view, ev(6, T.BROKER_DEREGISTERED, broker=2), {1, 3}) == [(2, R.OFFLINE)]
+    back = PartitionView(replicas=(1, 2), replica_states={1: R.ONLINE, 2: R.OFFLINE})
+    assert infer_replica_targets(back, ev(7, T.BROKER_REGISTERED, broker=2), {1, 2}) == [(2, R.ONLINE)]
+    # reassignment done: replica 3 dropped, 4 added
+    moved = ev(8, T.PARTITION_ASSIGNED, replicas=(1, 2, 4))
+    assert infer_replica_targets(view, moved, {1, 2, 3, 4}) == [
+        (4, R.NEW),
+        (3, R.OFFLINE),
+        (3, R.DELETION_STARTED),
+        (3, R.DELETION_SUCCESSFUL),
+        (3, R.NON_EXISTENT),
+    ]
+    # deletion start: live replicas Offline -> Started, dead replica -> Ineligible
+    del_view = PartitionView(replicas=(1, 2), replica_states={1: R.ONLINE, 2: R.OFFLINE})
+    assert infer_replica_targets(del_view, ev(9, T.TOPIC_DELETION_REQUESTED, topic="t"), {1}) == [
+        (1, R.OFFLINE),
+        (1, R.DELETION_STARTED),
+        (2, R.DELETION_INELIGIBLE),
+    ]
+
+
+def test_reseed_after_failover_is_silent_and_follows_kafka() -> None:
+    views = {
+        ("t", 0): PartitionView(state=P.ONLINE, replicas=(1, 2), leader=1),
+        ("t", 1): PartitionView(state=P.ONLINE, replicas=(2, 3), leader=3),  # leader dead
+        ("t", 2): PartitionView(state=P.NEW, replicas=(1,), leader=None),  # no state znode
+        ("gone", 0): PartitionView(state=P.NON_EXISTENT),
+    }
+    seed = reseed_after_failover(views, {1, 2})
+    assert seed.partitions == {("t", 0): P.ONLINE, ("t", 1): P.OFFLINE, ("t", 2): P.NEW}
+    assert seed.replicas[("t", 1, 3)] is R.DELETION_INELIGIBLE and seed.replicas[("t", 0, 2)] is R.ONLINE
+
+
+# ------------------------------------------------------------------------------ metadata fold
+def _story() -> list[MetadataEvent]:
+    state = "/brokers/topics/t/partitions/0/state"
+    changes = [
+        ZnodeChange(1, "/brokers/ids/1", ZnodeOp.CREATE, b'{"version":4,"host":"h","port":1,"endpoints":[]}'),
+        ZnodeChange(2, "/brokers/ids/2", ZnodeOp.CREATE, b'{"version":4,"host":"h","port":2,"endpoints":[]}'),
+        ZnodeChange(3, "/brokers/topics/t", ZnodeOp.CREATE, b'{"version":1,"partitions":{"0":[1,2]}}'),
+        ZnodeChange(4, state, ZnodeOp.CREATE, encode_partition_state(1, 0, 1, [1, 2], "2.2")),
+        ZnodeChange(5, "/brokers/ids/2", ZnodeOp.DELETE),
+        ZnodeChange(6, state, ZnodeOp.SET, encode_partition_state(1, 1, 1, [1], "2.2")),
+        ZnodeChange(7, "/admin/delete_topics/t", ZnodeOp.CREATE, b""),
+        ZnodeChange(8, state, ZnodeOp.DELETE),
+        ZnodeChange(9, "/brokers/topics/t", ZnodeOp.DELETE),
+        ZnodeChange(10, "/admin/delete_topics/t", ZnodeOp.DELETE),
+    ]
+    return [e for c in changes for e in decode(c)]
+
+
+def test_project_metadata_topic_lifecycle_and_kafka_8237() -> None:
+    on_22 = project_metadata(_story(), "2.2")
+    on_23 = project_metadata(_story(), "2.3")
+    for proj in (on_22, on_23):
+        assert proj.partitions[("t", 0)] is P.NON_EXISTENT
+        assert proj.replicas == {("t", 0, 1): R.NON_EXISTENT, ("t", 0, 2): R.NON_EXISTENT}
+        assert [(t.from_state, t.to_state) for t in proj.partition_transitions] == [
+            ("NonExistentPartition", "NewPartition"),
+            ("NewPartition", "OnlinePartition"),
+            ("OnlinePartition", "OnlinePartition"),
+            ("OnlinePartition", "OfflinePartition"),
+            ("OfflinePartition", "NonExistentPartition"),
+        ]
+    # the dead replica's Offline -> DeletionIneligible move is illegal before 2.3 only (KAFKA-8237)
+    assert [(v.zxid, v.from_state, v.to_state) for v in on_22.violations] == [
+        (7, "OfflineReplica", "ReplicaDeletionIneligible")
+    ]
+    assert on_23.violations == []
+
+
+def test_project_metadata_failover_reseeds_without_transitions() -> None:
+    events = [
+        ev(1, T.BROKER_REGISTERED, broker=1),
+        ev(2, T.PARTITION_ASSIGNED, topic="t", partition=0, replicas=(1, 2)),
+        ev(3, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=0, isr=(1,)),
+        ev(4, T.CONTROLLER_ELECTED, controller_id=1),
+    ]
+    proj = project_metadata(events, "2.2")
+    assert proj.replicas[("t", 0, 2)] is R.DELETION_INELIGIBLE  # broker 2 never registered
+    assert all(t.zxid < 4 for t in proj.replica_transitions)  # silent
+    proj23 = project_metadata(events, "2.3")  # 2.3+ (KAFKA-3143) then moves it to OfflineReplica
+    assert proj23.replicas[("t", 0, 2)] is R.OFFLINE
+    assert [(t.zxid, t.to_state) for t in proj23.replica_transitions if t.zxid == 4] == [
+        (4, "OfflineReplica")
+    ]
+
+
+def test_project_metadata_rejects_unsorted() -> None:
+    with pytest.raises(OutOfOrderEventError):
+        project_metadata([ev(5, T.BROKER_REGISTERED, broker=1), ev(4, T.BROKER_REGISTERED, broker=2)])
