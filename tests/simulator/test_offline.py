@@ -34,3 +34,11 @@ def test_offline_writes_n_rows_with_increasing_zxids(tmp_path: Path) -> None:
     # idempotent: the same writer/seed writes nothing twice
     write_offline(lake, events=25_000, partitions=2_000, brokers=5, seed=4, batch=10_000)
     assert lake.read_arrow("znode_events").num_rows == 25_000
+
+
+def test_cli_offline_and_list(tmp_path: Path) -> None:
+    from zkledger.cli import main
+
+    assert main(["--lake", str(tmp_path / "lake"), "--cluster", "c", "simulate", "--offline", "--events", "3000", "--partitions", "300"]) in (0, None)
+    assert Lake(tmp_path / "lake", cluster="c").read_arrow("znode_events").num_rows == 3000
+    assert main(["simulate", "--offline", "--events", "0", "--partitions", "1"]) == 1
