@@ -568,13 +568,19 @@ def _apply_event(
         targets.append(PartitionTarget(event.zxid, key[0], key[1], p_target, cause))
     targets.extend(ReplicaTarget(event.zxid, key[0], key[1], r, s, cause) for r, s in r_steps)
     project(targets, kafka_version, proj)
-    proj.views[key] = _next_view(proj, key, view, event)
+    replica_states = dict(view.replica_states)
+    for r, _ in r_steps:  # only the touched replicas changed: keeps the fold linear
+        replica_states[r] = proj.replicas[(key[0], key[1], r)]
+    proj.views[key] = _next_view(proj, key, view, event, replica_states)
 
 
 def _next_view(
-    proj: MetadataProjection, key: PartitionKey, view: PartitionView, event: MetadataEvent
+    proj: MetadataProjection,
+    key: PartitionKey,
+    view: PartitionView,
+    event: MetadataEvent,
+    replica_states: dict[int, ReplicaState],
 ) -> PartitionView:
-    replica_states = {k[2]: s for k, s in proj.replicas.items() if k[:2] == key}
     new = replace(
         view,
         state=proj.partitions.get(key, P.NON_EXISTENT),
@@ -596,22 +602,27 @@ def _next_view(
     return new
 
 
+def _replicas_by_partition(proj: MetadataProjection) -> dict[PartitionKey, dict[int, ReplicaState]]:
+    grouped: dict[PartitionKey, dict[int, ReplicaState]] = {}
+    for (topic, partition, replica), state in proj.replicas.items():
+        grouped.setdefault((topic, partition), {})[replica] = state
+    return grouped
+
+
 def _apply_reseed(proj: MetadataProjection, event: MetadataEvent, kafka_version: str) -> None:
     seed = reseed_after_failover(proj.views, proj.live_brokers)
     proj.partitions.update(seed.partitions)
     proj.replicas.update(seed.replicas)
+    if parse_kafka_version(kafka_version) >= (2, 3):
+        # 2.3+ (KAFKA-3143): the new controller moves replicas on dead brokers to OfflineReplica
+        moves = [
+            ReplicaTarget(event.zxid, k[0], k[1], k[2], R.OFFLINE, "failover:offline_replicas")
+            for k, s in sorted(seed.replicas.items())
+            if s is R.DELETION_INELIGIBLE
+        ]
+        project(moves, kafka_version, proj)
+    grouped = _replicas_by_partition(proj)
     for key, view in proj.views.items():
-        reps = {k[2]: s for k, s in proj.replicas.items() if k[:2] == key}
-        proj.views[key] = replace(view, state=proj.partitions.get(key, view.state), replica_states=reps)
-    if parse_kafka_version(kafka_version) < (2, 3):
-        return
-    # 2.3+ (KAFKA-3143): the new controller moves replicas on dead brokers to OfflineReplica
-    moves = [
-        ReplicaTarget(event.zxid, k[0], k[1], k[2], R.OFFLINE, "failover:offline_replicas")
-        for k, s in sorted(seed.replicas.items())
-        if s is R.DELETION_INELIGIBLE
-    ]
-    project(moves, kafka_version, proj)
-    for key, view in proj.views.items():
-        reps = {k[2]: s for k, s in proj.replicas.items() if k[:2] == key}
-        proj.views[key] = replace(view, replica_states=reps)
+        proj.views[key] = replace(
+            view, state=proj.partitions.get(key, view.state), replica_states=grouped.get(key, {})
+        )
