@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java browser test lint unit demo bench dist clean
+.PHONY: help venv java browser test lint demo bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
 	@echo "make test   install from nothing, lint, and run the whole test suite"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make dist   build dist/zkledger.zip for spark-submit --py-files"
+	@echo "make zk-start|zk-status|zk-stop   the embedded ZooKeeper (data in \$$LAKE/_zookeeper; ZK_PORT=2181 to pin the port)"
 
 $(STAMP): pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
@@ -55,6 +56,16 @@ dist: venv
 	rm -rf dist && mkdir -p dist
 	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lakehouse simulator -x '*__pycache__*'
 	@echo "built dist/zkledger.zip"
+
+ZK_PORT ?= 0
+zk-start: venv java
+	$(VENV)/bin/zkledger --lake $(LAKE) zk start --port $(ZK_PORT)
+
+zk-status: venv
+	$(VENV)/bin/zkledger --lake $(LAKE) zk status
+
+zk-stop: venv
+	$(VENV)/bin/zkledger --lake $(LAKE) zk stop
 
 clean:
 	rm -rf $(VENV) dist build *.egg-info .mypy_cache .ruff_cache
