@@ -225,8 +225,8 @@ def collect_logs(
         for tail in tails.values():
             tail.close()
     for tail in tails.values():
-        for key, n in tail.parser.stats.items():
-            stats[f"parse_{key}"] += n
+        for name, n in tail.parser.stats.items():
+            stats[f"parse_{name}"] += n
     summary: dict[str, Any] = {"files": stats["files"], "lines": stats["lines"], "records": stats["records"],
                                "quarantined": stats["quarantined"], "rotations": stats["rotations"],
                                "skipped": stats["parse_noise"] + stats["parse_orphan_continuation"],

@@ -412,3 +412,18 @@ def test_follow_survives_rotation(lake: Any, tmp_path: Path) -> None:
     # a later plain run over the directory adds nothing for the new file
     again = collect_logs(lake, log)
     assert again["records"] == 0
+
+
+def test_zombie_fixture_signals(lake: Any, tmp_path: Path) -> None:
+    """Synthetic ≤2.0 zombie story (no public excerpt exists): soft-failure abort, stale WARNs, a cut line."""
+    summary = collect_logs(lake, FIXTURES)
+    rows = sorted(_rows(lake, "controller_decisions"), key=lambda r: r["line_no"])
+    assert [r["kind"] for r in rows] == ["PARTITION_TRANSITION", "ZOMBIE_ABORT", "STALE_CONTROLLER_REQUEST",
+                                         "STALE_CONTROLLER_REQUEST", "OTHER"]
+    assert rows[0]["isr"] == [2, 3] and rows[0]["leader_epoch"] == 5 and rows[0]["controller_epoch"] == 4
+    assert rows[1]["from_state"] == "OfflinePartition" and rows[1]["success"] is False
+    assert [(r["controller_id"], r["controller_epoch"]) for r in rows[2:4]] == [(1, 4), (1, 4)]
+    assert all(r["broker_id"] == 2 for r in rows)  # from the broker-2/ directory
+    assert rows[4]["topic"] is None and rows[4]["leader"] is None  # the cut line invents nothing
+    (q,) = _rows(lake, "quarantine")
+    assert q["ref"].endswith("state-change.log:7") and summary["quarantined"] == 1
