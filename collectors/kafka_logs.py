@@ -197,10 +197,12 @@ def collect_logs(
     stats: Counter[str] = Counter()
     tails: dict[Path, FileTail] = {}
     finished: set[int] = set()  # inodes of generations finished after a rotation in this run
+    retired: list[FileTail] = []
     stop = stop_event or threading.Event()
     try:
+        first = True
         while True:
-            for file in find_log_files(root):
+            for file in _discover(root, tolerate_missing=follow and not first):
                 key = file.resolve()
                 if key not in tails and not _is_rotated_copy(key, tails, finished):
                     tails[key] = FileTail(lake, key, broker_id, stats)
@@ -211,9 +213,11 @@ def collect_logs(
                     tail.pump(final=True)  # finish the old generation through its handle
                     tail.close()
                     finished.add(tail.inode)
+                    retired.append(tail)
                     tails[key] = FileTail(lake, key, broker_id, stats)
                     stats["rotations"] += 1
                     tails[key].pump(final=False)
+            first = False
             if progress is not None:
                 progress(stats["lines"])
             if not follow or stop.wait(poll_interval):
@@ -224,7 +228,7 @@ def collect_logs(
     finally:
         for tail in tails.values():
             tail.close()
-    for tail in tails.values():
+    for tail in [*tails.values(), *retired]:
         for name, n in tail.parser.stats.items():
             stats[f"parse_{name}"] += n
     summary: dict[str, Any] = {"files": stats["files"], "lines": stats["lines"], "records": stats["records"],
@@ -233,6 +237,16 @@ def collect_logs(
                                "cut_lines": stats["parse_cut"]}
     log.info("collect_logs %s: %s", root, summary)
     return summary
+
+
+def _discover(root: Path, tolerate_missing: bool) -> list[Path]:
+    """Log files under root; while following, a file renamed away and not yet re-created is not an error."""
+    try:
+        return find_log_files(root)
+    except FileNotFoundError:
+        if tolerate_missing:
+            return []
+        raise
 
 
 def _is_rotated_copy(path: Path, tails: dict[Path, FileTail], finished: set[int]) -> bool:
