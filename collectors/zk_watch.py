@@ -71,6 +71,7 @@ class ZkWatchCollector:
         self.batch_size = max(1, batch_size)
         self.flush_seconds = flush_seconds
         self.view: dict[str, Known] = {}
+        self.cversions: dict[str, int] = {}
         self.work: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.gaps = 0
         self.max_zxid = 0
@@ -79,6 +80,7 @@ class ZkWatchCollector:
         self._in_gap = False
         self._need_resync = False
         self._started = False
+        self._first_snapshot = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -89,7 +91,9 @@ class ZkWatchCollector:
         self._load_view()
         if self.view:
             self._gap("collector restarted; changes while it was down are reconstructed by resync")
+        self._first_snapshot = not self.view
         self._resync(Source.RESYNC)
+        self._first_snapshot = False
         self._flush()
         self._started = True
 
@@ -151,10 +155,12 @@ class ZkWatchCollector:
         self.work.put(("state", state))
 
     def _on_data(self, event: WatchedEvent) -> None:
-        self.work.put(("node", event.path))
+        if event.path is not None:  # path-less events are connection news, reported by _on_state
+            self.work.put(("node", event.path or "/"))  # kazoo strips the chroot: its root arrives as ""
 
     def _on_children(self, event: WatchedEvent) -> None:
-        self.work.put(("children", event.path))
+        if event.path is not None:
+            self.work.put(("children", event.path or "/"))
 
     # ------------------------------------------------------------------ worker
 
@@ -180,10 +186,11 @@ class ZkWatchCollector:
             self._in_gap = False
             self._need_resync = True
 
-    def _gap(self, reason: str) -> None:
+    def _gap(self, reason: str, path: str = "/", zxid: int | None = None) -> None:
+        at = self.max_zxid if zxid is None else zxid
         self.gaps += 1
-        self._emit(ZnodeChange(zxid=self.max_zxid, path="/", op=ZnodeOp.GAP, detail=reason), Source.WATCH)
-        log.warning("collection gap at zxid %d: %s", self.max_zxid, reason)
+        self._emit(ZnodeChange(zxid=at, path=path, op=ZnodeOp.GAP, detail=reason), Source.WATCH)
+        log.warning("collection gap at zxid %d (%s): %s", at, path, reason)
         self._flush()
 
     def _visit(self, path: str, source: Source) -> bool:
@@ -206,29 +213,45 @@ class ZkWatchCollector:
         self.view[path] = Known(stat.version, stat.mzxid, stat.czxid)
         if old is None:
             self._emit_stat(path, ZnodeOp.CREATE, stat.czxid, data, stat, source, stat.version or None)
+            if not self._first_snapshot:
+                self.cversions[path] = 0  # born while we watch: all its child changes should be seen
             self._children(path, source)  # new znode: watch its children too
         else:
             missed = stat.version - old.version - 1
             self._emit_stat(path, ZnodeOp.SET, stat.mzxid, data, stat, source, missed if missed > 0 else None)
 
-    def _children(self, path: str, source: Source) -> None:
+    def _children(self, path: str, source: Source) -> list[str]:
+        """Read (and re-watch) the children; visit new ones, delete gone ones; returns their paths."""
         try:
-            kids = self.client.get_children(path, watch=self._on_children)
+            kids, stat = self.client.get_children(path, watch=self._on_children, include_data=True)
         except NoNodeError:
             self._deleted(path, source)
-            return
+            return []
         prefix = path.rstrip("/") + "/"
         current = {prefix + k for k in kids}
-        known = {p for p in self.view if p.startswith(prefix) and "/" not in p[len(prefix) :]}
-        for child in sorted(current - set(self.view)):
+        known = {p for p in self.view if p != path and p.startswith(prefix) and "/" not in p[len(prefix) :]}
+        added, gone = sorted(current - set(self.view)), sorted(known - current)
+        for child in added:
             self._visit(child, source)
-        for child in sorted(known - current):
+        for child in gone:
             self._deleted(child, source)
+        self._check_cversion(path, stat, len(added) + len(gone))
+        return sorted(current)
+
+    def _check_cversion(self, path: str, stat: ZnodeStat, observed: int) -> None:
+        # cversion counts child creates+deletes: a bigger jump than we saw means a child came and went unseen
+        old = self.cversions.get(path)
+        self.cversions[path] = stat.cversion
+        if old is not None and stat.cversion - old > observed:
+            missed = stat.cversion - old - observed
+            self._gap(f"{missed} child create/delete(s) under {path} missed (cversion {old}->{stat.cversion})",
+                      path=path, zxid=stat.pzxid)
 
     def _deleted(self, path: str, source: Source) -> None:
         old = self.view.pop(path, None)
         if old is None:
             return
+        self.cversions.pop(path, None)
         for sub in [p for p in self.view if p.startswith(path.rstrip("/") + "/")]:
             self._deleted(sub, source)
         zxid = self._parent_pzxid(path) or old.mzxid
@@ -257,12 +280,8 @@ class ZkWatchCollector:
         if not self._visit(path, source):
             return
         seen.add(path)
-        try:
-            kids = self.client.get_children(path, watch=self._on_children)
-        except NoNodeError:
-            return
-        for k in kids:
-            self._walk(path.rstrip("/") + "/" + k, seen, source)
+        for child in self._children(path, source):
+            self._walk(child, seen, source)
 
     # ------------------------------------------------------------------ rows
 
