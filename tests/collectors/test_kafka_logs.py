@@ -427,3 +427,33 @@ def test_zombie_fixture_signals(lake: Any, tmp_path: Path) -> None:
     assert rows[4]["topic"] is None and rows[4]["leader"] is None  # the cut line invents nothing
     (q,) = _rows(lake, "quarantine")
     assert q["ref"].endswith("state-change.log:7") and summary["quarantined"] == 1
+
+
+_CRASHING_RUN = """
+import sys
+import collectors.kafka_logs as k
+from lakehouse import Lake
+k.BATCH_LINES = 5
+k.collect_logs(Lake(sys.argv[1], cluster="test"), sys.argv[2])
+"""
+
+
+def test_real_crash_between_quarantine_and_decisions_commit(lake: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    log = tmp_path / "state-change.log"
+    lines = [state_line(f"Changed state of replica {i} for partition t-0 from NewReplica to OnlineReplica")
+             for i in range(20)]
+    lines[1] = "WARN lost its layout"  # quarantined in the first batch (lines 1..4)
+    _write(log, lines)
+    env = {**os.environ, "ZKLEDGER_LAKE_CRASH": "after_commit:4"}  # SIGKILL right after the quarantine commit
+    crashed = subprocess.run([sys.executable, "-c", _CRASHING_RUN, str(tmp_path / "lake"), str(log)], env=env,
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True, check=False)
+    assert crashed.returncode != 0
+    assert len(_rows(lake, "quarantine")) == 1 and _rows(lake, "controller_decisions") == []
+    summary = collect_logs(lake, log)
+    rows = _rows(lake, "controller_decisions")
+    assert summary["records"] == len(rows) == 19 and summary["quarantined"] == 0
+    assert sorted(r["replica"] for r in rows) == [i for i in range(20) if i != 1]
+    assert len(_rows(lake, "quarantine")) == 1
