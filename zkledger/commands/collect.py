@@ -1,23 +1,41 @@
-"""`zkledger collect`: STUB until issue 3 lands; the owner replaces this whole file."""
+"""`zkledger collect zk|txnlog|logs`: run a collector into the lake's bronze tables."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from zkledger.errors import NotImplementedYet
+from zkledger.errors import UserError
+from zkledger.progress import Progress
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("collect", help="collect ZooKeeper changes, transaction logs or Kafka controller logs into the lake", description="Collect ZooKeeper changes, transaction logs or Kafka controller logs into the lake.")
+    parser = subparsers.add_parser(
+        "collect",
+        help="collect ZooKeeper changes, transaction logs or Kafka controller logs into the lake",
+        description="Collect ZooKeeper changes, transaction logs or Kafka controller logs into the lake. "
+        "Every collector appends idempotently, so a restart continues where the last run stopped.",
+    )
     sub = parser.add_subparsers(dest="source", metavar="SOURCE", required=True)
-    zk = sub.add_parser("zk", help="live watch collector -> znode_events")
-    zk.add_argument("--zk", metavar="HOST:PORT", required=True, help="ZooKeeper to watch")
-    zk.add_argument("--chroot", metavar="PATH", default=None, help="subtree to watch (e.g. /kafka)")
+    zk = sub.add_parser("zk", help="live watch collector -> znode_events",
+                        description="Snapshot a ZooKeeper subtree, then follow it with watches (never writes to "
+                        "ZooKeeper). Auth and TLS come from [zookeeper] in the settings. Stops on SIGTERM/SIGINT "
+                        "or after --duration, flushing what it has.")
+    zk.add_argument("--zk", metavar="HOST:PORT", required=True, help="ZooKeeper to watch (kazoo hosts syntax)")
+    zk.add_argument("--chroot", metavar="PATH", default=None, help="subtree to watch, e.g. /kafka (default: settings)")
     zk.add_argument("--duration", metavar="S", type=float, default=None, help="stop after S seconds")
-    txn = sub.add_parser("txnlog", help="ZooKeeper transaction log reader -> znode_events")
+    txn = sub.add_parser("txnlog", help="ZooKeeper transaction log reader -> znode_events",
+                         description="Read <dir>/version-2/log.* (and the oldest usable snapshot when older logs "
+                         "were purged) into znode_events; resumes after the largest zxid already stored.")
     txn.add_argument("--dir", metavar="ZK_DATA_DIR", required=True, help="ZooKeeper data dir (holds version-2/)")
-    txn.add_argument("--follow", action="store_true", help="keep reading as the log grows")
+    txn.add_argument("--follow", action="store_true", help="keep reading as the log grows (until SIGTERM/SIGINT)")
+    txn.add_argument("--chroot", metavar="PATH", default=None,
+                     help="keep only this subtree, paths relative to it (default: settings)")
     logs = sub.add_parser("logs", help="Kafka controller.log / state-change.log parser -> controller_decisions")
     logs.add_argument("--path", metavar="FILE_OR_DIR", required=True, help="log file or folder of logs")
     logs.add_argument("--follow", action="store_true", help="keep reading as the logs grow")
@@ -26,4 +44,105 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    raise NotImplementedYet("collect", issue=3)
+    if args.source == "zk":
+        return _collect_zk(args, ctx)
+    if args.source == "txnlog":
+        return _collect_txnlog(args, ctx)
+    return _collect_logs(args, ctx)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An Event set by SIGTERM/SIGINT (collectors then flush and exit cleanly)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    old = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _chroot(value: str | None, ctx: Any) -> str:
+    chroot = value if value is not None else ctx.settings.zookeeper.chroot
+    if chroot and not chroot.startswith("/"):
+        raise UserError(f"--chroot must start with '/', got {chroot!r}")
+    return str(chroot).rstrip("/")
+
+
+def _line(what: str, summary: dict[str, Any]) -> str:
+    return (f"collect {what}: {summary.get('events', 0)} events written, {summary.get('gaps', 0)} gaps, "
+            f"{summary.get('quarantined', 0)} quarantined")
+
+
+def _collect_zk(args: argparse.Namespace, ctx: Any) -> str:
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from collectors.zk_watch import ZkWatchCollector
+
+    if not args.zk or "/" in args.zk.split(",")[0].split(":")[0]:
+        raise UserError(f"--zk must be HOST:PORT[,HOST:PORT...], got {args.zk!r}")
+    if args.duration is not None and args.duration <= 0:
+        raise UserError(f"--duration must be positive, got {args.duration}")
+    zs = ctx.settings.zookeeper
+    collector = ZkWatchCollector(
+        ctx.lake, args.zk, _chroot(args.chroot, ctx), auth_data=zs.auth_data, use_ssl=zs.tls.use_ssl,
+        certfile=zs.tls.certfile, keyfile=zs.tls.keyfile, ca=zs.tls.ca, verify_certs=zs.tls.verify,
+        timeout=zs.session_timeout_s, batch_size=ctx.settings.collect.batch_size,
+        flush_seconds=ctx.settings.collect.flush_seconds,
+    )
+    with _stop_on_signals() as stop:
+        if args.duration is not None:
+            timer = threading.Timer(args.duration, stop.set)
+            timer.daemon = True
+            timer.start()
+        try:
+            collector.start()
+        except KazooTimeoutError as e:
+            raise UserError(f"cannot connect to ZooKeeper at {args.zk}") from e
+        with Progress(label="znode events") as progress:
+            summary = _run_with_progress(collector, stop, progress)
+    return _line("zk", summary)
+
+
+def _run_with_progress(collector: Any, stop: threading.Event, progress: Progress) -> dict[str, int]:
+    try:
+        while not stop.is_set():
+            collector.step(timeout=0.2)
+            progress.set(collector.writer.rows_written)
+    finally:
+        collector.stop()
+    return dict(collector.summary())
+
+
+def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
+    from collectors.txnlog import TxnLogCollector, log_files
+
+    data_dir = Path(args.dir)
+    if not data_dir.is_dir():
+        raise UserError(f"--dir {args.dir}: no such directory")
+    if not log_files(data_dir) and not args.follow:
+        raise UserError(f"--dir {args.dir}: no ZooKeeper transaction logs (version-2/log.*) found")
+    with _stop_on_signals() as stop, Progress(label="znode events") as progress:
+        collector = TxnLogCollector(
+            ctx.lake, data_dir, follow=args.follow, chroot=_chroot(args.chroot, ctx),
+            batch_size=ctx.settings.collect.batch_size, progress=progress.advance,
+        )
+        summary = collector.run(stop)
+    line = _line("txnlog", summary) + f", last zxid {summary.get('last_zxid')}"
+    stopped = summary.get("stopped") or []
+    return line + (f"; stopped early: {'; '.join(stopped)}" if stopped else "")
+
+
+def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
+    if not Path(args.path).exists():
+        raise UserError(f"--path {args.path}: no such file or directory")
+    from collectors.kafka_logs import collect_logs  # written by the log-collector owner
+
+    with Progress(label="log records") as progress:
+        summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
+                               progress=progress.advance)
+    return _line("logs", summary)
