@@ -347,6 +347,7 @@ class TxnDecoder:
     nodes: dict[str, _Node] = field(default_factory=dict)
     ephemerals: dict[int, set[str]] = field(default_factory=dict)
     sessions_in_chroot: set[int] = field(default_factory=set)
+    sessions_elsewhere: set[int] = field(default_factory=set)
 
     def relative(self, path: str) -> str | None:
         if not self.chroot:
@@ -356,6 +357,12 @@ class TxnDecoder:
         if path.startswith(self.chroot + "/"):
             return path[len(self.chroot) :]
         return None
+
+    def _touch(self, h: TxnHeader, path: str) -> str | None:
+        """The chroot-relative path (None outside it), remembering where each session writes."""
+        rel = self.relative(path)
+        (self.sessions_in_chroot if rel is not None else self.sessions_elsewhere).add(h.client_id)
+        return rel
 
     def seed(self, snap: Snapshot) -> list[ZnodeChange]:
         """Load a snapshot's tree as the starting state; one CREATE per node (zxid = its mzxid)."""
@@ -405,10 +412,9 @@ class TxnDecoder:
         self.nodes[path] = _Node(h.zxid, owner)
         if owner:
             self.ephemerals.setdefault(owner, set()).add(path)
-        rel = self.relative(path)
+        rel = self._touch(h, path)
         if rel is None:
             return []
-        self.sessions_in_chroot.add(h.client_id)
         return [
             ZnodeChange(
                 path=rel, op=ZnodeOp.CREATE, data=rec.data, version=0, czxid=h.zxid, mzxid=h.zxid,
@@ -419,10 +425,9 @@ class TxnDecoder:
     def _set(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
         path = rec.path or ""
         node = self.nodes.get(path)
-        rel = self.relative(path)
+        rel = self._touch(h, path)
         if rel is None:
             return []
-        self.sessions_in_chroot.add(h.client_id)
         return [
             ZnodeChange(
                 path=rel, op=ZnodeOp.SET, data=rec.data, version=rec.version,
@@ -435,10 +440,9 @@ class TxnDecoder:
         node = self.nodes.pop(path, None)
         if node and node.ephemeral_owner:
             self.ephemerals.get(node.ephemeral_owner, set()).discard(path)
-        rel = self.relative(path)
+        rel = self._touch(h, path)
         if rel is None:
             return []
-        self.sessions_in_chroot.add(h.client_id)
         return [
             ZnodeChange(
                 path=rel, op=ZnodeOp.DELETE, czxid=node.czxid if node else None,
@@ -455,6 +459,7 @@ class TxnDecoder:
         for p in paths:
             out.extend(self._delete(h, p, "closeSession"))
         self.sessions_in_chroot.discard(h.client_id)
+        self.sessions_elsewhere.discard(h.client_id)
         return out
 
     def _multi(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
@@ -471,8 +476,10 @@ class TxnDecoder:
             (0, RUNTIME_INCONSISTENCY),
         )
         path = self._failed_multi_path(idx, err or 0, len(rec.subs))
-        if self.chroot and h.client_id not in self.sessions_in_chroot:
-            return []  # a failed multi carries no path: attribute it only to sessions seen in the chroot
+        if self.chroot and h.client_id in self.sessions_elsewhere and h.client_id not in self.sessions_in_chroot:
+            # a failed multi carries no path: drop it only when its session is known to write elsewhere
+            # (a fenced Kafka controller often writes from a fresh session that never touched the chroot)
+            return []
         detail = (
             f"err={err} {_err_name(err or 0)} failed_op={idx} ops={len(rec.subs)}; "
             "path inferred (ZooKeeper does not log the paths of a failed multi)"

@@ -161,3 +161,38 @@ def test_kill_9_then_restart_loses_nothing_and_duplicates_nothing(
     assert rows(lake, op="GAP")  # the restart is reported as a gap
     creates = Counter(r["path"] for r in all_rows if r["op"] == "CREATE")
     assert all(n == 1 for n in creates.values())
+
+
+def test_simulated_cluster_both_collectors_match_the_simulator(
+    zk_server: Any, zk_hosts: str, zk: KazooClient, lake: Any, tmp_path: Path
+) -> None:
+    from simulator.scenarios import run_scenario
+
+    watch = ZkWatchCollector(lake, zk_hosts, flush_seconds=0.2)
+    watch.drain()
+    result = run_scenario("zombie-controller", zk_hosts, kafka_version="3.8", log_dir=tmp_path / "logs", seed=1)
+    watch.drain()
+    watch.stop()
+    TxnLogCollector(lake, zk_server.data_dir, chroot=chroot_of(zk_hosts)).run()
+    start = min(r["zxid"] for r in rows(lake, source="txnlog", path="/", op="CREATE"))  # the chroot's birth
+    txn = sorted(
+        (r for r in rows(lake, source="txnlog") if r["zxid"] > start and r["op"] in ("CREATE", "SET", "DELETE", "MULTI_FAILED")),
+        key=lambda r: r["zxid"],
+    )
+    got = Counter((r["path"], r["op"], r["data"]) for r in txn if r["op"] != "DELETE")
+    expected = Counter((w.path, w.op, w.data) for w in result.znode_writes if w.op != "DELETE")
+    assert got == expected
+    assert got[("/controller_epoch", "MULTI_FAILED", None)] >= 1
+    # every delete the simulator made is in the log (the log also has its teardown's session closes)
+    assert not Counter(w.path for w in result.znode_writes if w.op == "DELETE") - Counter(
+        r["path"] for r in txn if r["op"] == "DELETE"
+    )
+    # the watch collector ends with the same tree the transaction log describes
+    final: dict[str, int] = {}
+    for r in txn:
+        if r["op"] in ("CREATE", "SET"):
+            final[r["path"]] = r["version"]
+        elif r["op"] == "DELETE":
+            final.pop(r["path"], None)
+    final.setdefault("/", 0)
+    assert _latest_view(lake) == final

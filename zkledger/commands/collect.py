@@ -142,7 +142,7 @@ def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
         raise UserError(f"--path {args.path}: no such file or directory")
     from collectors.kafka_logs import collect_logs  # written by the log-collector owner
 
-    with Progress(label="log records") as progress:
+    with _stop_on_signals() as stop, Progress(label="log records") as progress:
         summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
-                               progress=progress.advance)
+                               progress=progress.advance, stop_event=stop)
     return _line("logs", summary)
