@@ -512,21 +512,24 @@ def iter_changes(data_dir: str | os.PathLike[str], chroot: str = "") -> Iterator
 
 
 def choose_base_snapshot(data_dir: str | os.PathLike[str]) -> Snapshot | None:
-    """The oldest snapshot the remaining logs continue from, when the logs before it were purged.
+    """The snapshot to start from when the logs before it were purged (None when logs start at zxid 1).
 
-    With logs from zxid 1 onwards no snapshot is needed (the logs hold every change). Otherwise
-    the oldest snapshot whose successor txns the logs still hold keeps the most history as events.
+    Preferred: the newest snapshot older than the first remaining log (the logs continue right after
+    it, also across a leader-epoch change where zxids jump); otherwise the oldest snapshot, skipping the
+    logged txns it already contains. Unreadable snapshots are skipped with a warning.
     """
     logs = log_files(data_dir)
     first_log = logs[0][0] if logs else None
     if first_log is not None and first_log <= 1:
         return None
-    for zxid, p in snapshot_files(data_dir):
-        if first_log is None or first_log <= zxid + 1:
-            try:
-                return read_snapshot(p)
-            except (JuteError, OSError, UnicodeDecodeError) as e:
-                log.warning("snapshot %s unreadable (%s); trying the next one", p, e)
+    snaps = snapshot_files(data_dir)
+    before = [s for s in snaps if first_log is None or s[0] < first_log]
+    candidates = list(reversed(before)) + [s for s in snaps if s not in before]
+    for _zxid, p in candidates:
+        try:
+            return read_snapshot(p)
+        except (JuteError, OSError, UnicodeDecodeError) as e:
+            log.warning("snapshot %s unreadable (%s); trying the next one", p, e)
     return None
 
 

@@ -131,3 +131,38 @@ def test_snapshot_reader_reads_the_tree(zk_server: Any) -> None:
     snap = read_snapshot(snaps[0][1])
     assert snap.zxid == snaps[0][0]
     assert {"", "/zookeeper"} <= {n.path for n in snap.nodes}
+
+
+def test_purged_logs_start_from_the_snapshot(tmp_path: Path, lake: Any) -> None:
+    from zkledger.zk_server import EmbeddedZooKeeper
+
+    server = EmbeddedZooKeeper(tmp_path / "zk").start()
+    try:
+        client = KazooClient(hosts=server.hosts, timeout=15)
+        client.start(timeout=15)
+        client.create("/old", b"v0")
+        client.set("/old", b"v1")
+        client.create("/gone", b"x")
+        client.delete("/gone")
+        client.stop()
+        client.close()
+        server.restart()  # loading the database writes snapshot.<last zxid>
+        client = KazooClient(hosts=server.hosts, timeout=15)
+        client.start(timeout=15)
+        client.create("/new", b"n")
+        client.stop()
+        client.close()
+    finally:
+        server.stop()
+    # purge like `zkCleanup`: drop the first epoch's log and the initial snapshot
+    logs = log_files(tmp_path / "zk")
+    assert len(logs) >= 2
+    logs[0][1].unlink()
+    snapshot_files(tmp_path / "zk")[0][1].unlink()
+    summary = TxnLogCollector(lake, tmp_path / "zk").run()
+    assert summary["stopped"] == []
+    got = {(r["path"], r["op"]): r for r in rows(lake)}
+    assert got[("/old", "CREATE")]["data"] == b"v1" and got[("/old", "CREATE")]["version"] == 1
+    assert got[("/old", "CREATE")]["detail"].startswith("snapshot.")
+    assert ("/gone", "CREATE") not in got and ("/new", "CREATE") in got
+    assert TxnLogCollector(lake, tmp_path / "zk").run()["events"] == 0
