@@ -166,3 +166,21 @@ def test_purged_logs_start_from_the_snapshot(tmp_path: Path, lake: Any) -> None:
     assert got[("/old", "CREATE")]["detail"].startswith("snapshot.")
     assert ("/gone", "CREATE") not in got and ("/new", "CREATE") in got
     assert TxnLogCollector(lake, tmp_path / "zk").run()["events"] == 0
+
+
+def test_cli_collect_txnlog_and_zk(
+    zk_server: Any, zk_hosts: str, zk: KazooClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakehouse import Lake
+    from zkledger.cli import main
+
+    zk.create("/cli", b"1")
+    base = ["--lake", str(tmp_path / "lake"), "--cluster", "test", "collect"]
+    assert main([*base, "txnlog", "--dir", str(zk_server.data_dir), "--chroot", chroot_of(zk_hosts)]) == 0
+    assert "events written" in capsys.readouterr().out
+    assert main([*base, "zk", "--zk", zk_hosts, "--duration", "1"]) == 0
+    assert "collect zk:" in capsys.readouterr().out
+    got = rows(Lake(tmp_path / "lake", cluster="test"), path="/cli", op="CREATE")
+    assert {r["source"] for r in got} == {"txnlog", "resync"}
+    assert main([*base, "txnlog", "--dir", str(tmp_path / "missing")]) == 1
+    assert "no such directory" in capsys.readouterr().err
