@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -26,7 +26,7 @@ from lakehouse.arrow_schema import arrow_schema, spec_for
 
 log = logging.getLogger(__name__)
 
-Rows = Sequence[Mapping[str, Any]] | pa.Table
+Rows: TypeAlias = "Sequence[Mapping[str, Any]] | pa.Table"
 WriteMode = Literal["append", "overwrite"]
 
 CRASH_ENV = "ZKLEDGER_LAKE_CRASH"
