@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from collectors.bronze import BronzeWriter, LakeLike, change_row
 from collectors.jute import JuteError, JuteReader
@@ -584,7 +585,7 @@ class TxnLogCollector:
         """Largest zxid stored by this collector (the resume point)."""
         return self.writer.last_seq
 
-    def run(self, stop_event: threading.Event | None = None) -> dict[str, object]:
+    def run(self, stop_event: threading.Event | None = None) -> dict[str, Any]:
         """One pass (or, with follow, passes until ``stop_event`` is set); returns a summary."""
         stop = stop_event or threading.Event()
         self.poll_once()
@@ -592,7 +593,7 @@ class TxnLogCollector:
             self.poll_once()
         return self.summary()
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, Any]:
         return {
             "events": self.writer.rows_written,
             "batches": self.writer.batches_written,
