@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -184,12 +185,16 @@ class EmbeddedZooKeeper:
         start_timeout_s: float = 60.0,
         tick_ms: int = 500,
         max_session_timeout_ms: int = 60_000,
+        stop_at_exit: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.port = port
         self.start_timeout_s = start_timeout_s
         self.tick_ms = tick_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        # a server started from Python dies with its interpreter (no orphans after a crashed test run);
+        # `zkledger zk start` passes False so the server outlives the command
+        self.stop_at_exit = stop_at_exit
         self._proc: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
 
@@ -234,6 +239,8 @@ class EmbeddedZooKeeper:
         self.port = port
         self._wait_ready()
         self._write_state()
+        if self.stop_at_exit:
+            atexit.register(self._stop_quietly)
         log.info("ZooKeeper listening on %s (data %s)", self.hosts, self.data_dir)
         return self
 
@@ -245,7 +252,12 @@ class EmbeddedZooKeeper:
             self._proc.wait(timeout=10)
         self._proc = None
         self._pid = None
+        atexit.unregister(self._stop_quietly)
         (self.data_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def _stop_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop()
 
     def restart(self) -> EmbeddedZooKeeper:
         """Stop and start again on the same port with the same data (sessions survive if they reconnect in time)."""

@@ -132,3 +132,17 @@ def test_zk_hosts_fixture_gives_an_empty_private_chroot(zk_hosts: str, zk_server
     finally:
         root.stop()
         root.close()
+
+
+def test_a_server_started_from_python_dies_with_its_interpreter(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from zkledger.zk_server import EmbeddedZooKeeper\n"
+        f"zk = EmbeddedZooKeeper({str(tmp_path / 'zk')!r}).start()\n"
+        "print(zk.port)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    port = int(result.stdout.strip())
+    assert not port_in_use(port)
+    assert running_state(tmp_path / "zk") is None

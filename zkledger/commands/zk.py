@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
 def _start(data_dir: Path, port: int | None) -> str:
     if port is not None and not 0 <= port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {port}")
-    server = EmbeddedZooKeeper(data_dir, port or 0).start()
+    server = EmbeddedZooKeeper(data_dir, port or 0, stop_at_exit=False).start()
     return f"ZooKeeper started at {server.hosts} (pid {server.pid}, data {server.data_dir}, log {server.log_path})"
 
 
