@@ -144,5 +144,7 @@ def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
 
     with _stop_on_signals() as stop, Progress(label="log records") as progress:
         summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
-                               progress=progress.advance, stop_event=stop)
-    return _line("logs", summary)
+                               progress=progress.set, stop_event=stop)  # called with lines read so far
+    return (f"collect logs: {summary.get('records', 0)} decisions from {summary.get('files', 0)} file(s), "
+            f"{summary.get('lines', 0)} lines, {summary.get('quarantined', 0)} quarantined, "
+            f"{summary.get('rotations', 0)} rotations")
