@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from lakehouse.spark_io import read_table, write_batch
+from lakehouse.spark_io import read_table, stream_table, write_batch
+from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES
 from pipelines.engine import DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from lakehouse import Lake
 
@@ -51,9 +53,8 @@ def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
     for table in DERIVED_TABLES:
         lake.ensure(table)
         seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
-        df = out[table].localCheckpoint()
-        counts[table] = df.count()
-        write_batch(df, lake, table, REBUILD_WRITER, seq, mode="overwrite")
+        write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode="overwrite")
+        counts[table] = lake.read_arrow(table).num_rows
     return counts
 
 
@@ -82,3 +83,52 @@ def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) ->
 
 
 _APPEND = frozenset({"metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies"})
+
+
+MONITOR_WRITER = "monitor"
+
+
+def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
+                  publish: Callable[[list[dict[str, Any]]], Any] | None = None) -> int:
+    """One foreachBatch call: split the unioned bronze rows, run the increment, write it exactly once.
+
+    A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
+    (same inputs -> same rows and ids) and the per-table app transaction drops what was already written.
+    """
+    if _committed(lake, "partition_state", batch_id):
+        return 0
+    replay = _committed(lake, "metadata_events", batch_id)
+    znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
+    decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
+    carried = carried_from_lake(spark, lake)
+    if replay:
+        carried.known_event_ids = None  # this batch's own events are already in the table
+    out = run_increment(spark, znodes, decisions, carried, cluster=lake.cluster)
+    rows = [r.asDict() for r in write_increment(out, lake, MONITOR_WRITER, batch_id).collect()]
+    if publish is not None and not replay:
+        publish(sorted(rows, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["anomaly_id"])))
+    return len(rows)
+
+
+def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
+                  available_now: bool = False, max_versions_per_trigger: int | None = None,
+                  publish: Callable[[list[dict[str, Any]]], Any] | None = None) -> StreamingQuery:
+    """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment."""
+    for table in ("znode_events", "controller_decisions"):
+        lake.ensure(table)
+    z = stream_table(spark, lake, "znode_events", max_versions_per_trigger).withColumn("_src", F.lit("z"))
+    d = stream_table(spark, lake, "controller_decisions", max_versions_per_trigger).withColumn("_src", F.lit("d"))
+    both = z.unionByName(d, allowMissingColumns=True)
+    writer = both.writeStream.foreachBatch(
+        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish)
+    ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif trigger_seconds:
+        writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
+    return writer.start()
+
+
+def _committed(lake: Lake, table: str, batch_id: int) -> bool:
+    last = lake.last_batch_seq(table, MONITOR_WRITER)
+    return last is not None and last >= batch_id

@@ -31,7 +31,7 @@ from models.tables import (
 from pipelines import detectors as D
 from pipelines.controller import DEFAULT_NO_CONTROLLER_THRESHOLD, GLOBAL_TYPES, replay
 from pipelines.decode import decode_znode_events
-from pipelines.schemas import schema
+from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, BucketFolder, GlobalContext
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Outputs:
 
 def empty_carried(spark: SparkSession) -> Carried:
     def empty(t: str) -> DataFrame:
-        return spark.createDataFrame([], schema(t))
+        return local_df(spark, [], schema(t))
 
     return Carried(empty("partition_state"), empty("replica_state"), empty("controller_tenure"))
 
@@ -112,7 +112,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     rs = carried.replica_state.join(touched, ["topic", "partition"], "left_anti").unionByName(new_rs)
 
     log_terms = _merge_log_terms(carried.log_terms, decisions, cluster)
-    zk_terms = spark.createDataFrame(timeline.tenure, schema("controller_tenure"))
+    zk_terms = local_df(spark, timeline.tenure, schema("controller_tenure"))
     tenure = zk_terms.unionByName(log_terms).select(*CONTROLLER_TENURE.column_names)
 
     global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
@@ -121,17 +121,21 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     if carried.zk_writes is not None:
         zk_writes = zk_writes.unionByName(carried.zk_writes)
     parts = [
-        spark.createDataFrame(global_anoms, schema("anomalies")),
+        local_df(spark, global_anoms, schema("anomalies")),
         D.detect_illegal_partition_transitions(pt),
         D.detect_illegal_replica_transitions(rt),
         *[det(writes) for det in D.WRITE_DETECTORS],
-        *[det(decisions) for det in D.DECISION_DETECTORS if det is not D.detect_illegal_logged_transitions],
-        D.detect_illegal_logged_transitions(decisions, kafka_version),
-        D.detect_decision_zk_divergence(decisions, zk_writes),
-        D.detect_split_brain(log_terms).join(D.detect_split_brain(carried.log_terms).select("anomaly_id"),
-                                             "anomaly_id", "left_anti"),
         D.detect_collection_gaps_in_bronze(znode_events),
     ]
+    decisions = decisions.localCheckpoint()
+    if not decisions.isEmpty():  # each detector costs Spark jobs even on empty input: skip them when idle
+        parts += [
+            *[det(decisions) for det in D.DECISION_DETECTORS if det is not D.detect_illegal_logged_transitions],
+            D.detect_illegal_logged_transitions(decisions, kafka_version),
+            D.detect_decision_zk_divergence(decisions, zk_writes),
+            D.detect_split_brain(log_terms).join(D.detect_split_brain(carried.log_terms).select("anomaly_id"),
+                                                 "anomaly_id", "left_anti"),
+        ]
     anomalies = parts[0]
     for p in parts[1:]:
         anomalies = anomalies.unionByName(p.select(*ANOMALIES.column_names))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from models.tables import ALL_TABLES, TableSpec
@@ -32,3 +36,15 @@ def struct_of(spec: TableSpec) -> T.StructType:
 def schema(table: str) -> T.StructType:
     """StructType of a lake table by name."""
     return struct_of(ALL_TABLES[table])
+
+
+def local_df(spark: SparkSession, rows: list[dict[str, Any]], struct: T.StructType) -> DataFrame:
+    """A small driver-side list as a DataFrame; an empty one is built in the JVM (no Python round trip)."""
+    if not rows:
+        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(struct)
+    table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in struct.fields} for r in rows], schema=arrow)
+    return spark.createDataFrame(table)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from jobs._common import rebuild
-from tests.pipeline.history import History, clean_history
+from tests.pipeline.history import clean_history
 
 pytestmark = pytest.mark.spark
 
