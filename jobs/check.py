@@ -31,12 +31,20 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _submitted_master() -> dict[str, str]:
+    """spark-submit's --master wins over the settings' (build_spark would otherwise set its own)."""
+    from pyspark import SparkConf
+
+    master = SparkConf().get("spark.master", None)
+    return {"spark.master": master} if master else {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
-    # spark-submit's --master wins over the settings' master (getOrCreate keeps the launched context)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster, overrides=_submitted_master())
     spark = build_spark(settings, "zkledger-check")
+    log.info("check on master %s", spark.sparkContext.master)
     lake = Lake(settings.lake.root, settings.lake.cluster)
     report = run_quality(spark, lake, tables=args.table, kafka_version=args.kafka_version)
     for suite in report.suites:

@@ -28,7 +28,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
     path, data = write_report(Lake(settings.lake.root, settings.lake.cluster), args.out)
     log.info("report written to %s (%d anomalies)", path, len(data.rows("anomalies")))
