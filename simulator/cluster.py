@@ -472,7 +472,8 @@ def _single_async(client: KazooClient, op: tuple[Any, ...]) -> Any:
 class Cluster:
     """Brokers, an admin client and the current controller, all against one ZooKeeper (a chroot is fine)."""
 
-    def __init__(self, zk_hosts: str, kafka_version: str, log_dir: str | Path | None, seed: int) -> None:
+    def __init__(self, zk_hosts: str, kafka_version: str, log_dir: str | Path | None, seed: int,
+                 wall_clock: bool = False) -> None:
         self.zk_hosts = zk_hosts
         self.kafka_version = kafka_version
         self.version = parse_kafka_version(kafka_version)
@@ -481,7 +482,7 @@ class Cluster:
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.seed = seed
         self.rng = random.Random(seed)
-        self.clock = SimClock(seed)
+        self.clock = SimClock(seed, wall=wall_clock)
         self.templates = Templates(kafka_version)
         self.writes: list[ZnodeWrite] = []
         self.brokers: dict[int, Broker] = {}

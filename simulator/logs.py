@@ -26,17 +26,29 @@ SIM_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class SimClock:
-    """Deterministic clock: starts at SIM_EPOCH + seed minutes and advances a few ms per tick."""
+    """The clock log lines are stamped with.
 
-    def __init__(self, seed: int) -> None:
+    ``wall=False`` (tests, reproducible runs): deterministic, starts at SIM_EPOCH + seed minutes and advances a
+    few ms per tick, so the same seed writes byte-identical logs. ``wall=True`` (demo, CLI default): follows
+    the real clock, like a real broker, so log timestamps line up with the times ZooKeeper stamps on its
+    transactions (the pipelines correlate the two).
+    """
+
+    def __init__(self, seed: int, wall: bool = False) -> None:
         self._rng = random.Random(seed ^ 0x5EED)
-        self.now = SIM_EPOCH + timedelta(minutes=seed % 100_000)
+        self.wall = wall
+        self.now = datetime.now(UTC) if wall else SIM_EPOCH + timedelta(minutes=seed % 100_000)
 
     def tick(self, max_ms: int = 5) -> datetime:
+        if self.wall:  # never go backwards, never repeat a millisecond
+            self.now = max(datetime.now(UTC), self.now + timedelta(milliseconds=1))
+            return self.now
         self.now += timedelta(milliseconds=1 + self._rng.randrange(max_ms))
         return self.now
 
     def advance(self, seconds: float) -> datetime:
+        if self.wall:  # real time passes by itself
+            return self.tick()
         self.now += timedelta(seconds=seconds)
         return self.now
 

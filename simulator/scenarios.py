@@ -148,10 +148,14 @@ def applies(entry: dict[str, Any], kafka_version: str) -> bool:
 
 
 def run_scenario(name_or_path: str, zk_hosts: str, kafka_version: str = "3.8", log_dir: str | Path | None = None,
-                 seed: int = 0, *, brokers: int | None = None, partitions: int | None = None) -> ScenarioResult:
-    """Play a scenario against a real ZooKeeper (use an empty chroot); returns what was written and expected."""
+                 seed: int = 0, *, brokers: int | None = None, partitions: int | None = None,
+                 wall_clock: bool = False) -> ScenarioResult:
+    """Play a scenario against a real ZooKeeper (use an empty chroot); returns what was written and expected.
+
+    ``wall_clock`` stamps log lines with the real time (as real brokers do) instead of the seeded clock.
+    """
     name, spec = load_scenario(name_or_path, brokers, partitions)
-    cluster = Cluster(zk_hosts, kafka_version, log_dir, seed)
+    cluster = Cluster(zk_hosts, kafka_version, log_dir, seed, wall_clock)
     runner = _Runner(cluster, spec)
     try:
         cluster.bootstrap()

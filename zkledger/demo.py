@@ -93,7 +93,7 @@ def run_demo(ctx: Any, *, scenario: str | None = None, kafka_version: str = "2.0
             thread = threading.Thread(target=watcher.run, args=(stop,), name="demo-watch", daemon=True)
             thread.start()
             try:
-                return run_scenario(scenario or str(STORY), zk.hosts, kafka_version, log_dir, seed)
+                return run_scenario(scenario or str(STORY), zk.hosts, kafka_version, log_dir, seed, wall_clock=True)
             finally:
                 time.sleep(1.0)  # let the last watch events arrive before stopping
                 stop.set()

@@ -13,7 +13,8 @@ def register(subparsers: Any) -> None:
         "simulate",
         help="drive a simulated ZK-mode Kafka cluster against a real ZooKeeper (or write bronze offline)",
         description="Drive a simulated ZK-mode Kafka cluster against a real ZooKeeper, writing exactly what Kafka "
-        "of --kafka-version writes plus its controller.log/state-change.log lines (simulated, seed-derived clock); "
+        "of --kafka-version writes plus its controller.log/state-change.log lines (stamped with the wall clock like a real broker; "
+        "--deterministic-clock for byte-identical logs per seed); "
         "or, with --offline, write a large synthetic history straight into znode_events.",
     )
     parser.add_argument("--zk", metavar="HOST:PORT[/chroot]", help="ZooKeeper to write to (required unless --offline/--list)")
@@ -21,6 +22,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kafka-version", metavar="V", default="3.8", help="Kafka version to imitate (1.1 .. 3.9; default 3.8)")
     parser.add_argument("--log-dir", metavar="DIR", default=None, help="write DIR/broker-<id>/{controller,state-change}.log")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--deterministic-clock", action="store_true",
+                        help="stamp log lines with a seed-derived clock (reproducible) instead of the wall clock")
     parser.add_argument("--list", action="store_true", help="list the built-in scenarios")
     parser.add_argument("--brokers", type=int, default=None, help="number of brokers (scenario override / offline)")
     parser.add_argument("--offline", action="store_true", help="write a large synthetic history to the bronze tables")
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         raise UserError("simulate needs --zk HOST:PORT (or --offline / --list)")
     try:
         result = run_scenario(args.scenario, args.zk, args.kafka_version, args.log_dir, args.seed,
-                              brokers=args.brokers, partitions=args.partitions)
+                              brokers=args.brokers, partitions=args.partitions,
+                              wall_clock=not args.deterministic_clock)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     kinds = ",".join(sorted({e["kind"] for e in result.expected_anomalies})) or "none"
