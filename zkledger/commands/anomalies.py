@@ -1,20 +1,49 @@
-"""`zkledger anomalies`: STUB until issue 4 lands; the owner replaces this whole file."""
+"""`zkledger anomalies`: list what the pipeline found (reads the anomalies table with delta-rs, no Spark)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from datetime import UTC, datetime
 from typing import Any
 
-from zkledger.errors import NotImplementedYet
+from models.anomalies import AnomalyKind, describe
+from zkledger.errors import UserError
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("anomalies", help="list anomalies", description="List anomalies.")
-    parser.add_argument("--since", metavar="TIME", default=None, help="only anomalies at or after this time")
+    parser.add_argument("--since", metavar="TIME", default=None, help="only anomalies at or after this time (ISO 8601)")
     parser.add_argument("--kind", metavar="KIND", default=None, help="only this anomaly kind")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     parser.set_defaults(handler=run)
 
 
+def parse_time(text: str) -> datetime:
+    """ISO 8601; a naive time is UTC."""
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"not a time: {text!r} (expected ISO 8601, e.g. 2024-01-01T00:00:00Z)") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def select(rows: list[dict[str, Any]], since: datetime | None, kind: str | None) -> list[dict[str, Any]]:
+    out = [r for r in rows if (kind is None or r["kind"] == kind)
+           and (since is None or (r["event_time"] is not None and r["event_time"] >= since))]
+    return sorted(out, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["event_time"] or datetime.min.replace(tzinfo=UTC), r["anomaly_id"]))
+
+
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    raise NotImplementedYet("anomalies", issue=4)
+    if args.kind is not None and args.kind not in AnomalyKind.__members__:
+        raise UserError(f"unknown kind {args.kind!r}; one of: {', '.join(AnomalyKind.__members__)}")
+    since = parse_time(args.since) if args.since else None
+    if not ctx.lake.exists("anomalies"):
+        raise UserError(f"no anomalies table under {ctx.lake_root}: run `zkledger rebuild` first")
+    rows = select(ctx.lake.read_arrow("anomalies").to_pylist(), since, args.kind)
+    for r in rows:
+        if args.format == "json":
+            print(json.dumps(r, default=str, sort_keys=True))
+        else:
+            print(describe(r))
+    return f"{len(rows)} anomalies"

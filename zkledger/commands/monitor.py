@@ -1,19 +1,37 @@
-"""`zkledger monitor`: STUB until issue 4 lands; the owner replaces this whole file."""
+"""`zkledger monitor`: the rebuild pipeline as one Structured Streaming query (foreachBatch, checkpoints)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
-
-from zkledger.errors import NotImplementedYet
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("monitor", help="run the pipeline as Spark Structured Streaming queries with checkpoints", description="Run the pipeline as Spark Structured Streaming queries with checkpoints.")
+    parser = subparsers.add_parser(
+        "monitor", help="run the pipeline as Spark Structured Streaming queries with checkpoints",
+        description="Stream znode_events and controller_decisions through the same increment as `rebuild`, "
+                    "printing each new anomaly as one line when its micro-batch commits. Start it on a lake "
+                    "whose derived tables were not written by `rebuild` (or continue from its checkpoint).")
     parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None, help="micro-batch interval")
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    raise NotImplementedYet("monitor", issue=4)
+    from jobs._common import start_monitor
+    from zkledger.alerts import AnomalyAlerter
+
+    alerter = AnomalyAlerter(ctx.settings.monitor.webhook or None)
+    checkpoint = os.path.join(ctx.settings.streaming.checkpoint_root or os.path.join(ctx.lake_root, "_checkpoints"),
+                              "monitor")
+    trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
+    query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
+                          available_now=args.available_now, publish=alerter.publish)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    finally:
+        alerter.close()
+    return f"monitor stopped: {alerter.count} anomalies published"
