@@ -66,3 +66,19 @@ def test_zombie_write_and_leader_epoch_regression(spark: Any, lake: Any) -> None
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
     rebuild(spark, lake)
     assert _kinds(lake) == ["ZOMBIE_CONTROLLER_WRITE"]
+
+
+def test_state_at_zxid_answers_from_the_lake(spark: Any, lake: Any) -> None:
+    from pipelines.time_travel import state_at
+
+    h = clean_history()
+    h.state("t", 0, 2, 1, 1, [2])
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    rebuild(spark, lake)
+    meta, tr = _rows(lake, "metadata_events"), _rows(lake, "partition_transitions")
+    before = state_at(meta, tr, zxid=7)
+    after = state_at(meta, tr, zxid=h.zxid)
+    assert before["controller_id"] == 1 and before["controller_epoch"] == 1 and before["live_brokers"] == [1, 2]
+    assert [(p["leader"], p["isr"], p["state"]) for p in before["partitions"]] == [(1, [1, 2], "OnlinePartition")]
+    assert [(p["leader"], p["leader_epoch"], p["isr"]) for p in after["partitions"]] == [(2, 1, [2])]
+    assert state_at(meta, tr, zxid=2)["partitions"] == []

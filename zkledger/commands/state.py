@@ -1,21 +1,43 @@
-"""`zkledger state`: STUB until issue 4 lands; the owner replaces this whole file."""
+"""`zkledger state`: the cluster's metadata as of a point in time or a zxid (time travel over the lake)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
-from zkledger.errors import NotImplementedYet
+from zkledger.errors import UserError
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("state", help="the cluster's metadata as of a point in time (time travel)", description="The cluster's metadata as of a point in time (time travel).")
-    when = parser.add_mutually_exclusive_group(required=True)
-    when.add_argument("--at", metavar="TIME", help="ISO-8601 UTC time")
-    when.add_argument("--zxid", metavar="N", type=int, help="ZooKeeper transaction id")
+    parser = subparsers.add_parser("state", help="the cluster's metadata as of a point in time",
+                                   description="Controller and epoch, live brokers, and per partition "
+                                               "leader/ISR/replicas/state as of --at TIME or --zxid N.")
+    point = parser.add_mutually_exclusive_group(required=True)
+    point.add_argument("--at", metavar="TIME", default=None, help="ISO 8601 time (naive = UTC)")
+    point.add_argument("--zxid", metavar="N", type=int, default=None, help="ZooKeeper transaction id")
     parser.add_argument("--topic", metavar="T", default=None, help="only this topic")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    raise NotImplementedYet("state", issue=4)
+    from pipelines.time_travel import state_at
+    from zkledger.commands.anomalies import parse_time
+
+    at = parse_time(args.at) if args.at else None
+    if not ctx.lake.exists("metadata_events"):
+        raise UserError(f"no metadata_events table under {ctx.lake_root}: run `zkledger rebuild` first")
+    transitions = ctx.lake.read_arrow("partition_transitions").to_pylist() if ctx.lake.exists("partition_transitions") else []
+    st = state_at(ctx.lake.read_arrow("metadata_events").to_pylist(), transitions, zxid=args.zxid, at=at,
+                  topic=args.topic)
+    if args.format == "json":
+        print(json.dumps(st, default=str, sort_keys=True))
+    else:
+        print(f"controller: {st['controller_id']}  epoch: {st['controller_epoch']}  live brokers: {st['live_brokers']}")
+        print(f"{'topic':<24} {'part':>4} {'state':<22} {'leader':>6} {'epoch':>5}  isr / replicas")
+        for p in st["partitions"]:
+            print(f"{p['topic']:<24} {p['partition']:>4} {p['state'] or '-':<22} {p['leader']!s:>6} "
+                  f"{p['leader_epoch']!s:>5}  {p['isr']} / {p['replicas']}")
+    point = f"zxid {args.zxid}" if args.zxid is not None else f"{at}"
+    return f"{len(st['partitions'])} partitions as of {point}"
