@@ -1,0 +1,121 @@
+"""Batch rebuild throughput: `simulate --offline` history -> the real batch rebuild, vs a Python replay.
+
+    python -m benchmarks.batch_rebuild [--events 10000000] [--partitions 200000]
+
+Phases (each timed separately): generate the bronze history with the same code `zkledger simulate --offline`
+runs; a single-threaded Python replay baseline (delta-rs read -> json decode of every partition-state payload ->
+`models.fold.apply_partition` in a dict); Spark session start; the rebuild `zkledger rebuild` runs
+(`jobs._common.rebuild`: decode, both state machines, detectors, every derived Delta table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    Timer,
+    base_parser,
+    build_session,
+    machine,
+    ratio,
+    scratch,
+    setup_logging,
+    write_result,
+)
+
+log = logging.getLogger(__name__)
+
+NAME = "batch_rebuild"
+
+
+def python_replay(lake: Any) -> dict[str, int]:
+    """The baseline: one thread, one dict, every event folded in zxid order with the model's fold."""
+    from models.fold import apply_partition
+    from models.states import PartitionState as P
+
+    table = lake.read_arrow("znode_events").select(["zxid", "path", "data"]).sort_by("zxid")
+    state: dict[str, P] = {}
+    last: dict[str, tuple[int, int]] = {}
+    steps = illegal = 0
+    for path, data in zip(table.column("path").to_pylist(), table.column("data").to_pylist(), strict=True):
+        if not path.endswith("/state") or data is None:
+            continue
+        obj = json.loads(data)
+        key = (obj["leader"], obj["leader_epoch"])
+        if last.get(path) == key:  # ISR-only write: no partition step (kafka-zk-metadata.md writers 3/4)
+            continue
+        last[path] = key
+        if path not in state:
+            state[path] = apply_partition(None, P.NEW).state  # the assignment precedes the first state write
+        step = apply_partition(state[path], P.ONLINE if obj["leader"] >= 0 else P.OFFLINE)
+        state[path] = step.state
+        steps += 1
+        illegal += step.violation is not None
+    return {"events": table.num_rows, "partitions": len(state), "steps": steps, "illegal": illegal}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from lakehouse import Lake
+    from zkledger.cli import main as cli
+
+    t = Timer()
+    with scratch(args) as work:
+        lake_dir = work / "lake"
+        with t.phase("generate"):
+            rc = cli(["--lake", str(lake_dir), "--cluster", "bench", "simulate", "--offline",
+                      "--events", str(args.events), "--partitions", str(args.partitions)])
+        if rc not in (0, None):
+            raise SystemExit(f"simulate --offline failed ({rc})")
+        lake = Lake(lake_dir, cluster="bench")
+        with t.phase("python_replay"):
+            replay = python_replay(lake)
+        with t.phase("spark_start"):
+            spark = build_session("bench-batch-rebuild", args.shuffle_partitions)
+        from jobs._common import rebuild
+
+        with t.phase("pipeline"):
+            counts = rebuild(spark, lake)
+        spark.stop()
+    n = args.events
+    rate = n / t.wall["pipeline"]
+    replay_rate = n / t.wall["python_replay"]
+    return {
+        "benchmark": NAME, "machine": machine(),
+        "params": {"events": n, "partitions": args.partitions, "shuffle_partitions": args.shuffle_partitions},
+        "wall_s": t.wall, "main_process_cpu_s": t.cpu,
+        "generate_events_per_s": round(n / t.wall["generate"]),
+        "pipeline_events_per_s": round(rate), "python_replay_events_per_s": round(replay_rate),
+        "pipeline_vs_replay": ratio(rate, replay_rate), "target_events_per_s": 1_000_000,
+        "meets_target": rate >= 1_000_000, "rebuild_counts": counts, "replay": replay,
+        "summary": [
+            f"simulate --offline: {n:,} events / {args.partitions:,} partitions in {t.wall['generate']:.1f} s "
+            f"({n / t.wall['generate']:,.0f} events/s)",
+            f"spark session start: {t.wall['spark_start']:.1f} s (not counted in pipeline time)",
+            f"rebuild pipeline: {t.wall['pipeline']:.1f} s = {rate:,.0f} events/s (target 1,000,000)",
+            f"python replay baseline: {t.wall['python_replay']:.1f} s = {replay_rate:,.0f} events/s",
+            f"ratio pipeline/replay throughput: {ratio(rate, replay_rate)}x",
+        ],
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--events", type=int, default=10_000_000, help="bronze events (default 10,000,000)")
+    p.add_argument("--partitions", type=int, default=200_000, help="partitions (default 200,000)")
+    p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging(args.verbose)
+    write_result(NAME, run(args), Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

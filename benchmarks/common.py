@@ -1,0 +1,119 @@
+"""Shared benchmark plumbing: the machine description, timers, result JSON, a Spark session, a scratch lake.
+
+Benchmarks are never part of the test suite; each module is runnable alone (`python -m benchmarks.<name>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    """nproc, memory, load and the versions the figures depend on."""
+    import deltalake
+    import pyarrow
+    import pyspark
+
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(), "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "load_avg_1m": round(os.getloadavg()[0], 2), "python": platform.python_version(),
+        "spark": pyspark.__version__, "deltalake": deltalake.__version__, "pyarrow": pyarrow.__version__,
+        "platform": platform.platform(),
+    }
+
+
+class Timer:
+    """Named wall-clock (and this process's CPU) phases: `with t.phase("x"): ...`."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall[name] = round(time.perf_counter() - w0, 3)
+            self.cpu[name] = round(time.process_time() - c0, 3)
+            log.info("%s: %.2f s", name, self.wall[name])
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b > 0 else None
+
+
+def write_result(name: str, result: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
+    """benchmarks/results/<name>.json, plus a human summary on stdout."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"== {name} ==")
+    m = result.get("machine", {})
+    print(f"machine: nproc={m.get('nproc')} mem={m.get('memory_gib')}GiB load1m={m.get('load_avg_1m')} "
+          f"python={m.get('python')} spark={m.get('spark')} deltalake={m.get('deltalake')}")
+    for line in result.get("summary", []):
+        print("  " + line)
+    print(f"  -> {path}")
+    return path
+
+
+def base_parser(name: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=description)
+    parser.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, removed after)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument("--out", default=str(RESULTS_DIR), help="results directory (default benchmarks/results)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress")
+    return parser
+
+
+@contextmanager
+def scratch(args: argparse.Namespace) -> Iterator[Path]:
+    """A work directory for lakes and checkpoints (temp unless --workdir)."""
+    path = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="zkledger-bench-"))
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    finally:
+        if not args.keep and not args.workdir:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(message)s")
+
+
+def build_session(app: str, shuffle_partitions: int | None = None) -> Any:
+    """The project's SparkSession (zkledger.spark.build_spark), local[*] on this machine."""
+    from conf.settings import load_settings
+    from zkledger.spark import build_spark
+
+    overrides: dict[str, Any] = {"spark.master": f"local[{os.cpu_count() or 1}]"}
+    if shuffle_partitions is not None:
+        overrides["spark.shuffle_partitions"] = shuffle_partitions
+    return build_spark(load_settings(overrides=overrides), app_name=app)
