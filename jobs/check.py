@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from conf.settings import load_settings
 from lakehouse import Lake
@@ -39,9 +40,30 @@ def _submitted_master() -> dict[str, str]:
     return {"spark.master": master} if master else {}
 
 
+def _base_toml_on_disk() -> None:
+    """conf.settings opens base.toml by path, which fails inside the --py-files zip: copy it out once.
+
+    Workaround until conf.settings reads it with importlib.resources (reported to its owner).
+    """
+    import pkgutil
+    import tempfile
+
+    import conf.settings as cs
+
+    if cs.BASE_TOML.is_file():
+        return
+    data = pkgutil.get_data("conf", "base.toml")
+    if data is None:
+        return
+    path = Path(tempfile.mkdtemp(prefix="zkledger-conf-")) / "base.toml"
+    path.write_bytes(data)
+    cs.BASE_TOML = path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    _base_toml_on_disk()
     settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster, overrides=_submitted_master())
     spark = build_spark(settings, "zkledger-check")
     log.info("check on master %s", spark.sparkContext.master)
