@@ -132,3 +132,12 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
 def _committed(lake: Lake, table: str, batch_id: int) -> bool:
     last = lake.last_batch_seq(table, MONITOR_WRITER)
     return last is not None and last >= batch_id
+
+
+def job_context(args: argparse.Namespace) -> tuple[Any, Lake]:
+    """Settings and the Lake for a job's parsed arguments."""
+    from conf.settings import load_settings
+    from lakehouse import Lake
+
+    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
+    return settings, Lake(settings.lake.root, settings.lake.cluster)

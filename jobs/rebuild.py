@@ -1,0 +1,27 @@
+"""spark-submit entry point for the batch rebuild.
+
+    spark-submit --py-files dist/zkledger.zip jobs/rebuild.py --lake ./lake --cluster local
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from jobs._common import job_args, job_context, rebuild
+
+log = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = job_args(argv, "Rebuild every derived table from the bronze tables.")
+    settings, lake = job_context(args)
+    from zkledger.spark import build_spark
+
+    counts = rebuild(build_spark(settings, "zkledger-rebuild"), lake)
+    log.info("rebuilt: %s", counts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
