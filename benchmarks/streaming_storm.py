@@ -1,0 +1,181 @@
+"""Streaming throughput in a failover storm: the full monitor vs a naive per-key transformWithStateInPandas.
+
+    python -m benchmarks.streaming_storm [--partitions 200000] [--baseline-partitions 5000]
+
+Input: `benchmarks.storm` (every partition's leader moves, ISR shrinks, epochs bump; RF 3). Measured in the
+same run: (1) the full monitor, `zkledger monitor --available-now` on that lake (decode, both state machines,
+detectors, Delta outputs); (2) the naive baseline: the bronze stream (`lakehouse.spark_io.stream_table`),
+payload JSON parsed in Spark, `groupBy(topic, partition).transformWithStateInPandas` with one key per
+partition folding with `models.fold.apply_partition`, `availableNow`, noop sink. The baseline's cost is per key,
+so at full size it is measured on the first --baseline-partitions partitions and extrapolated per key (labelled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    Timer,
+    base_parser,
+    build_session,
+    machine,
+    ratio,
+    scratch,
+    setup_logging,
+    write_result,
+)
+
+log = logging.getLogger(__name__)
+
+NAME = "streaming_storm"
+STATE_SCHEMA = "state string, leader int, leader_epoch int"
+OUT_SCHEMA = "topic string, partition int, zxid long, from_state string, to_state string, legal boolean"
+
+
+def _processor_class() -> type:
+    """Built lazily: the pyspark import stays out of module import (and out of --help)."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+
+    from models.fold import apply_partition
+    from models.states import PartitionState as P
+
+    class NaiveFold(StatefulProcessor):  # type: ignore[misc]
+        """One key per (topic, partition): the state triple in a ValueState, one fold step per leader change."""
+
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            self.value = handle.getValueState("s", STATE_SCHEMA)
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+            topic, partition = key
+            cur = self.value.get() if self.value.exists() else None
+            state = P(cur[0]) if cur else None
+            leader, epoch = (cur[1], cur[2]) if cur else (None, None)
+            out = []
+            for pdf in rows:
+                for z, ld, le in zip(pdf["zxid"], pdf["leader"], pdf["leader_epoch"], strict=True):
+                    if (ld, le) == (leader, epoch):
+                        continue  # ISR-only write: no partition step
+                    if state is None:
+                        state = apply_partition(None, P.NEW).state
+                    step = apply_partition(state, P.ONLINE if ld >= 0 else P.OFFLINE)
+                    out.append((topic, int(partition), int(z), str(state), str(step.state), step.violation is None))
+                    state, leader, epoch = step.state, int(ld), int(le)
+            if state is not None:
+                self.value.update((str(state), leader, epoch))
+            yield pd.DataFrame(out, columns=["topic", "partition", "zxid", "from_state", "to_state", "legal"])
+
+        def close(self) -> None:
+            pass
+
+    return NaiveFold
+
+
+def naive_baseline(spark: Any, lake: Any, partitions: int, checkpoint: Path) -> dict[str, Any]:
+    """Drain the bronze stream through the naive processor (only partitions < `partitions`)."""
+    from pyspark.sql import functions as F
+
+    from lakehouse.spark_io import stream_table
+
+    src = stream_table(spark, lake, "znode_events").filter(F.col("path").endswith("/state"))
+    topic = F.regexp_extract("path", r"^/brokers/topics/([^/]+)/partitions/(\d+)/state$", 1)
+    part = F.regexp_extract("path", r"^/brokers/topics/([^/]+)/partitions/(\d+)/state$", 2).cast("int")
+    data = F.col("data").cast("string")
+    df = src.select(topic.alias("topic"), part.alias("partition"), "zxid",
+                    F.get_json_object(data, "$.leader").cast("int").alias("leader"),
+                    F.get_json_object(data, "$.leader_epoch").cast("int").alias("leader_epoch"))
+    df = df.filter((F.regexp_extract("topic", r"(\d+)$", 1).cast("int") * 1000 + F.col("partition")) < partitions)
+    out = df.groupBy("topic", "partition").transformWithStateInPandas(
+        statefulProcessor=_processor_class()(), outputStructType=OUT_SCHEMA, outputMode="Append", timeMode="None")
+    t0 = time.perf_counter()
+    q = (out.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    wall = time.perf_counter() - t0
+    rows = sum(int(p.get("numInputRows", 0)) for p in q.recentProgress)
+    return {"wall_s": round(wall, 3), "input_rows": rows, "partitions": partitions}
+
+
+def full_monitor(lake_dir: Path, cluster: str) -> dict[str, Any]:
+    """`zkledger monitor --available-now` as a user runs it (includes its own Spark session start)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(lake_dir), "--cluster", cluster,
+                           "monitor", "--available-now"], capture_output=True, text=True, env=os.environ.copy())
+    wall = time.perf_counter() - t0
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    err = (proc.stderr.strip().splitlines() or [""])[-1]
+    return {"ok": proc.returncode == 0, "rc": proc.returncode, "wall_s_incl_session_start": round(wall, 3),
+            "summary_line": last if proc.returncode == 0 else err}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.storm import write_storm
+    from lakehouse import Lake
+
+    t = Timer()
+    with scratch(args) as work:
+        lake = Lake(work / "lake", cluster="bench")
+        with t.phase("generate"):
+            events = write_storm(lake, args.partitions)
+        with t.phase("monitor"):
+            mon = full_monitor(work / "lake", "bench")
+        with t.phase("spark_start"):
+            spark = build_session("bench-streaming-storm", args.shuffle_partitions)
+        sub = min(args.baseline_partitions, args.partitions)
+        with t.phase("naive_baseline"):
+            base = naive_baseline(spark, lake, sub, work / "ckpt-naive")
+        spark.stop()
+    per_key_s = base["wall_s"] / sub
+    naive_full_s = per_key_s * args.partitions
+    naive_rate = events / naive_full_s
+    mon_time = mon["wall_s_incl_session_start"] - t.wall["spark_start"]
+    mon_rate = events / mon_time if mon["ok"] and mon_time > 0 else None
+    extrap = sub < args.partitions
+    label = f"extrapolated per key from {sub:,} partitions" if extrap else "measured at full size"
+    summary = [f"storm: {args.partitions:,} partitions (RF 3), {events:,} bronze events",
+               f"naive transformWithStateInPandas: {base['wall_s']:.1f} s for {sub:,} keys "
+               f"({base['input_rows']:,} rows) -> {naive_full_s:.1f} s / {naive_rate:,.0f} events/s ({label})"]
+    if mon["ok"]:
+        summary += [f"full monitor (availableNow): {mon['wall_s_incl_session_start']:.1f} s incl. session start, "
+                    f"~{mon_time:.1f} s after subtracting this run's session start ({t.wall['spark_start']:.1f} s) "
+                    f"= {mon_rate:,.0f} events/s",
+                    f"ratio monitor/naive throughput: {ratio(mon_rate or 0, naive_rate)}x"]
+    else:
+        summary.append(f"full monitor NOT MEASURED: `zkledger monitor --available-now` exited {mon['rc']}: "
+                       f"{mon['summary_line']}")
+    return {
+        "benchmark": NAME, "machine": machine(),
+        "params": {"partitions": args.partitions, "replication_factor": 3, "baseline_partitions": sub},
+        "events": events, "wall_s": t.wall, "monitor": mon, "monitor_events_per_s": mon_rate,
+        "naive": base, "naive_extrapolated": extrap, "naive_full_size_s": round(naive_full_s, 2),
+        "naive_events_per_s": round(naive_rate), "monitor_vs_naive": ratio(mon_rate or 0, naive_rate) if mon_rate else None,
+        "summary": summary,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--partitions", type=int, default=200_000, help="partitions in the storm (default 200,000)")
+    p.add_argument("--baseline-partitions", type=int, default=5_000,
+                   help="keys the naive baseline is measured on (extrapolated per key; default 5,000)")
+    p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging(args.verbose)
+    write_result(NAME, run(args), Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
