@@ -34,8 +34,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _submitted_master() -> dict[str, str]:
     """spark-submit's --master wins over the settings' (build_spark would otherwise set its own)."""
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    SparkContext._ensure_initialized()  # the launched JVM holds spark-submit's conf as system properties
     master = SparkConf().get("spark.master", None)
     return {"spark.master": master} if master else {}
 

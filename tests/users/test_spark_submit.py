@@ -103,7 +103,8 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
         argv += ["--table", t]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
     assert done.returncode == 1, (done.stdout + done.stderr)[-3000:]  # the ALIENS kind fails the anomalies suite
-    assert f"check on master {standalone}" in done.stderr
+    output = done.stdout + done.stderr
+    assert f"check on master {standalone}" in output, output[-4000:]
 
     stored = lake.read_arrow("quality_results").to_pylist()
     remote = {(r["table_name"], r["expectation"], r["success"], r["observed"]) for r in stored}
