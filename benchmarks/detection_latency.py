@@ -1,0 +1,182 @@
+"""Detection latency: ZooKeeper write of a zombie controller -> its anomaly row committed in Delta.
+
+    python -m benchmarks.detection_latency [--duration 60] [--rate 2000] [--zombies 10] [--partitions 2000]
+
+A real embedded ZooKeeper holds a ZK-mode Kafka layout (controller epoch 2, brokers 1..3, topics with partition
+state znodes). Running as users run them: `zkledger collect zk` (the watch collector) and `zkledger monitor
+--trigger 1`. A writer makes steady partition-state changes at --rate writes/s (kazoo async sets, current
+controller_epoch, leader moves with a leader_epoch bump) and injects --zombies zombie writes (controller_epoch 1
+< current, with a leader_epoch bump). The anomalies table is polled with delta-rs every --poll seconds; latency
+= first poll that sees the ZOMBIE_CONTROLLER_WRITE row for that zxid - the write's acknowledgement. Resolution
+is the poll interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import base_parser, machine, scratch, setup_logging, write_result
+
+log = logging.getLogger(__name__)
+
+NAME = "detection_latency"
+KAFKA = "3.8"
+BROKERS = (1, 2, 3)
+
+
+def _seed_layout(client: Any, partitions: int) -> list[str]:
+    """Controller, epoch, brokers, topics (100 partitions each) and their state znodes; returns the state paths."""
+    from simulator import payloads
+
+    client.ensure_path("/brokers/ids")
+    client.ensure_path("/brokers/topics")
+    for b in BROKERS:
+        client.create(f"/brokers/ids/{b}", payloads.encode_broker_registration(b, "localhost", 9090 + b, KAFKA),
+                      ephemeral=True)
+    client.create("/controller_epoch", payloads.encode_controller_epoch(2))
+    client.create("/controller", payloads.encode_controller(1, 1_767_225_600_000, KAFKA), ephemeral=True)
+    paths = []
+    for t in range((partitions + 99) // 100):
+        count = min(100, partitions - t * 100)
+        assign = {p: [BROKERS[(p + i) % 3] for i in range(3)] for p in range(count)}
+        client.create(f"/brokers/topics/t{t:04d}", payloads.encode_topic_assignment(assign, KAFKA))
+        for p in range(count):
+            r = assign[p]
+            path = f"/brokers/topics/t{t:04d}/partitions/{p}/state"
+            client.create(path, payloads.encode_partition_state(r[0], 0, 2, r, KAFKA), makepath=True)
+            paths.append(path)
+    return paths
+
+
+def _writer(client: Any, paths: list[str], rate: int, duration: float, zombies: int) -> dict[int, float]:
+    """Steady writes; returns {zxid: ack wall time} of the zombie writes."""
+    from simulator import payloads
+
+    epochs = dict.fromkeys(paths, 0)
+    zombie_at = set(np.linspace(duration * 0.2, duration * 0.8, zombies).round(2).tolist())
+    zombie_times: dict[int, float] = {}
+    start = time.monotonic()
+    sent = 0
+    pending: list[Any] = []
+    rng = np.random.default_rng(1)
+    while (elapsed := time.monotonic() - start) < duration:
+        due = int(elapsed * rate) - sent
+        for _ in range(max(due, 0)):
+            path = paths[int(rng.integers(len(paths)))]
+            epochs[path] += 1
+            leader = BROKERS[epochs[path] % 3]
+            isr = [leader] + [b for b in BROKERS if b != leader]
+            pending.append(client.set_async(path, payloads.encode_partition_state(leader, epochs[path], 2, isr, KAFKA)))
+            sent += 1
+        for at in [z for z in zombie_at if z <= elapsed]:
+            zombie_at.discard(at)
+            path = paths[int(rng.integers(len(paths)))]
+            epochs[path] += 1
+            leader = BROKERS[epochs[path] % 3]
+            stat = client.set(path, payloads.encode_partition_state(leader, epochs[path], 1, [leader], KAFKA))
+            zombie_times[stat.mzxid] = time.time()
+        if len(pending) > 5000:
+            for p in pending:
+                p.get(timeout=30)
+            pending = []
+        time.sleep(0.002)
+    for p in pending:
+        p.get(timeout=30)
+    log.info("writer: %d writes in %.1f s", sent, time.monotonic() - start)
+    return zombie_times
+
+
+def _cli(lake: Path, *args: str, log_to: Path) -> subprocess.Popen[bytes]:
+    out = log_to.open("wb")
+    return subprocess.Popen([sys.executable, "-m", "zkledger.cli", "--lake", str(lake), "--cluster", "bench", *args],
+                            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
+def _poll(lake: Any, zombie_times: dict[int, float], seen: dict[int, float], until: float, every: float) -> None:
+    """Record when each zombie zxid's anomaly row is first visible in the Delta table."""
+    while time.time() < until and len(seen) < len(zombie_times):
+        if lake.exists("anomalies"):
+            t = lake.read_arrow("anomalies").select(["kind", "zxid"]).to_pylist()
+            now = time.time()
+            for r in t:
+                if r["kind"] == "ZOMBIE_CONTROLLER_WRITE" and r["zxid"] in zombie_times and r["zxid"] not in seen:
+                    seen[r["zxid"]] = now
+        time.sleep(every)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from kazoo.client import KazooClient
+
+    from lakehouse import Lake
+    from zkledger.zk_server import EmbeddedZooKeeper
+
+    with scratch(args) as work:
+        zk = EmbeddedZooKeeper(work / "zk").start()
+        client = KazooClient(hosts=zk.hosts, timeout=15)
+        client.start(timeout=15)
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            paths = _seed_layout(client, args.partitions)
+            lake_dir = work / "lake"
+            procs.append(_cli(lake_dir, "collect", "zk", "--zk", zk.hosts, "--chroot", "/", log_to=work / "collect.log"))
+            procs.append(_cli(lake_dir, "monitor", "--trigger", "1", log_to=work / "monitor.log"))
+            time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
+            zombie_times = _writer(client, paths, args.rate, args.duration, args.zombies)
+            lake = Lake(lake_dir, cluster="bench")
+            seen: dict[int, float] = {}
+            _poll(lake, zombie_times, seen, time.time() + args.drain, args.poll)
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            client.stop()
+            client.close()
+            zk.stop()
+        tails = {n: (work / f"{n}.log").read_text(errors="replace")[-600:] for n in ("collect", "monitor")}
+    lat = sorted(seen[z] - zombie_times[z] for z in seen)
+    p50 = float(np.percentile(lat, 50)) if lat else None
+    p95 = float(np.percentile(lat, 95)) if lat else None
+    summary = [f"{args.rate:,} writes/s for {args.duration:.0f} s over {args.partitions:,} partitions, "
+               f"{len(zombie_times)} zombie writes, monitor trigger 1 s, poll {args.poll}s",
+               f"detected {len(seen)}/{len(zombie_times)}" + (f": p50 {p50:.2f} s, p95 {p95:.2f} s" if lat else "")]
+    return {"benchmark": NAME, "machine": machine(), "params": vars(args) | {"out": None},
+            "zombies": len(zombie_times), "detected": len(seen), "latencies_s": [round(x, 3) for x in lat],
+            "p50_s": p50, "p95_s": p95, "log_tails": tails if len(seen) < len(zombie_times) else {},
+            "summary": summary}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of steady writes (default 60)")
+    p.add_argument("--rate", type=int, default=2000, help="partition-state writes per second (default 2000)")
+    p.add_argument("--zombies", type=int, default=10, help="zombie writes injected (default 10)")
+    p.add_argument("--partitions", type=int, default=2000, help="partition state znodes (default 2000)")
+    p.add_argument("--warmup", type=float, default=45.0, help="seconds for collector+monitor to start (default 45)")
+    p.add_argument("--drain", type=float, default=120.0, help="max seconds to wait for detections (default 120)")
+    p.add_argument("--poll", type=float, default=0.25, help="anomalies poll interval in seconds (default 0.25)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging(args.verbose)
+    write_result(NAME, run(args), Path(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
