@@ -1,0 +1,41 @@
+"""`make bench`: every benchmark in turn (default sizes unless overridden), results in benchmarks/results/.
+
+    python -m benchmarks.run_all [--only batch_rebuild,streaming_storm] [--quick]
+
+--quick runs each at a small documented scale (the one benchmarks/README.md reports when the full one does not
+fit the time available). Each benchmark is a separate process so one's Spark session never skews the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
+    # name: (full-size args, --quick args)
+    "batch_rebuild": ([], ["--events", "200000", "--partitions", "20000"]),
+    "streaming_storm": ([], ["--partitions", "10000", "--baseline-partitions", "1000"]),
+    "detection_latency": ([], ["--duration", "30", "--partitions", "2000", "--zombies", "6"]),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated subset")
+    parser.add_argument("--quick", action="store_true", help="the scaled-down sizes from benchmarks/README.md")
+    args = parser.parse_args(argv)
+    failed = []
+    for name in args.only.split(","):
+        full, quick = BENCHMARKS[name]
+        cmd = [sys.executable, "-m", f"benchmarks.{name}", *(quick if args.quick else full)]
+        print("$ " + " ".join(cmd[1:]), flush=True)
+        if subprocess.run(cmd, check=False).returncode != 0:
+            failed.append(name)
+    if failed:
+        print("failed: " + ", ".join(failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
