@@ -76,7 +76,7 @@ def test_state_at_zxid_answers_from_the_lake(spark: Any, lake: Any) -> None:
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
     rebuild(spark, lake)
     meta, tr = _rows(lake, "metadata_events"), _rows(lake, "partition_transitions")
-    before = state_at(meta, tr, zxid=7)
+    before = state_at(meta, tr, zxid=6)  # the state znode was just created
     after = state_at(meta, tr, zxid=h.zxid)
     assert before["controller_id"] == 1 and before["controller_epoch"] == 1 and before["live_brokers"] == [1, 2]
     assert [(p["leader"], p["isr"], p["state"]) for p in before["partitions"]] == [(1, [1, 2], "OnlinePartition")]
