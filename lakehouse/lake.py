@@ -195,10 +195,14 @@ class Lake:
         if as_of is not None:
             if as_of.tzinfo is None:
                 raise ValueError("as_of must be timezone-aware (UTC)")
-            try:
-                dt.load_as_version(as_of)
-            except DeltaError as e:
-                raise ValueError(f"{table}: no version at or before {as_of.isoformat()}: {e}") from None
+            # Resolve the time against the commits' own timestamps (what `history()` shows), not the log
+            # files' modification times, which are a little later: a time read from history must select
+            # that very version.
+            as_of_ms = as_of.timestamp() * 1000
+            versions = [int(h["version"]) for h in dt.history() if int(h["timestamp"]) <= as_of_ms]
+            if not versions:
+                raise ValueError(f"{table}: no version at or before {as_of.isoformat()}")
+            dt.load_as_version(max(versions))
         return dt
 
     def conform_read(self, table: str, data: pa.Table) -> pa.Table:
