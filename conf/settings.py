@@ -149,7 +149,7 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
     """Build Settings from base.toml, an optional overlay file, and overrides (dotted keys like "spark.master")."""
-    raw = _read_toml(BASE_TOML)
+    raw = _read_base()
     if conf_file is not None:
         raw = deep_merge(raw, _read_toml(Path(conf_file)))
     flat: dict[str, Any] = dict(overrides or {})
@@ -182,6 +182,16 @@ def _nest(dotted: str, value: Any) -> dict[str, Any]:
         cursor = cursor.setdefault(part, {})
     cursor[leaf] = value
     return nested
+
+
+def _read_base() -> dict[str, Any]:
+    """The defaults, read as package data so they load from a --py-files zip too."""
+    import importlib.resources
+
+    try:
+        return tomllib.loads(importlib.resources.files("conf").joinpath("base.toml").read_text("utf-8"))
+    except FileNotFoundError:
+        return _read_toml(BASE_TOML)  # gives the one-line error naming the path
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from conf.settings import load_settings
 from lakehouse import Lake
@@ -32,40 +31,12 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _submitted_master() -> dict[str, str]:
-    """spark-submit's --master wins over the settings' (build_spark would otherwise set its own)."""
-    from pyspark import SparkConf, SparkContext
-
-    SparkContext._ensure_initialized()  # the launched JVM holds spark-submit's conf as system properties
-    master = SparkConf().get("spark.master", None)
-    return {"spark.master": master} if master else {}
-
-
-def _base_toml_on_disk() -> None:
-    """conf.settings opens base.toml by path, which fails inside the --py-files zip: copy it out once.
-
-    Workaround until conf.settings reads it with importlib.resources (reported to its owner).
-    """
-    import pkgutil
-    import tempfile
-
-    import conf.settings as cs
-
-    if cs.BASE_TOML.is_file():
-        return
-    data = pkgutil.get_data("conf", "base.toml")
-    if data is None:
-        return
-    path = Path(tempfile.mkdtemp(prefix="zkledger-conf-")) / "base.toml"
-    path.write_bytes(data)
-    cs.BASE_TOML = path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    _base_toml_on_disk()
-    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster, overrides=_submitted_master())
+    settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
     spark = build_spark(settings, "zkledger-check")
     log.info("check on master %s", spark.sparkContext.master)
     lake = Lake(settings.lake.root, settings.lake.cluster)

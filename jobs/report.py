@@ -9,7 +9,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from conf.settings import load_settings
 from lakehouse import Lake
@@ -27,30 +26,10 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _base_toml_on_disk() -> None:
-    """conf.settings opens base.toml by path, which fails inside the --py-files zip: copy it out once.
-
-    Workaround until conf.settings reads it with importlib.resources (reported to its owner).
-    """
-    import pkgutil
-    import tempfile
-
-    import conf.settings as cs
-
-    if cs.BASE_TOML.is_file():
-        return
-    data = pkgutil.get_data("conf", "base.toml")
-    if data is None:
-        return
-    path = Path(tempfile.mkdtemp(prefix="zkledger-conf-")) / "base.toml"
-    path.write_bytes(data)
-    cs.BASE_TOML = path
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    _base_toml_on_disk()
     settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
     path, data = write_report(Lake(settings.lake.root, settings.lake.cluster), args.out)
     log.info("report written to %s (%d anomalies)", path, len(data.rows("anomalies")))

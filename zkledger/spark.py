@@ -53,17 +53,34 @@ def build_spark(settings: Settings, app_name: str | None = None) -> SparkSession
     from pyspark.sql import SparkSession
 
     _set_worker_environment()
-    conf = spark_conf(settings)
-    builder = SparkSession.builder.master(settings.spark.master).appName(app_name or settings.spark.app_name)
+    master = submitted_master() or settings.spark.master
+    conf = spark_conf(settings, master)
+    builder = SparkSession.builder.master(master).appName(app_name or settings.spark.app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level.upper())
-    log.debug("spark session %s on %s", spark.sparkContext.applicationId, settings.spark.master)
+    log.debug("spark session %s on %s", spark.sparkContext.applicationId, master)
     return spark
 
 
-def spark_conf(settings: Settings) -> dict[str, str]:
+def submitted_master() -> str | None:
+    """The `--master` spark-submit was given, when this driver was launched by spark-submit.
+
+    spark-submit starts the JVM first and hands the Python driver its gateway; the master it was given is in
+    that JVM's conf and must win over the settings' default (`local[2]`), or a submitted job silently runs
+    locally.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    master = SparkConf().get("spark.master", None)
+    return str(master) if master else None
+
+
+def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
     """The Spark conf `build_spark` applies; `settings.spark.extra` wins over the defaults."""
     log4j = _log4j2_file(settings.spark.log_level.upper())
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
@@ -79,7 +96,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
-    if settings.spark.master.startswith("local"):
+    if (master or settings.spark.master).startswith("local"):
         # loopback only: no hostname lookups, no "resolves to a loopback address" warning
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     report = args.report or os.path.join(ctx.lake_root, os.path.basename(ds.report))
     try:
         res = run_demo(ctx, scenario=args.scenario if args.scenario not in (None, "default") else None,
-                       kafka_version=args.kafka_version or "2.0",
+                       kafka_version=args.kafka_version or ds.kafka_version,
                        seed=args.seed if args.seed is not None else ds.seed, report=report,
                        port=args.port if args.port is not None else ds.zk_port)
     except FileExistsError as exc:
