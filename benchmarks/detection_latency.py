@@ -139,8 +139,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lake = Lake(lake_dir, cluster="bench")
             seen: dict[int, float] = {}
             _poll(lake, zombie_times, seen, time.time() + args.drain, args.poll)
-            bronze = lake.read_arrow("znode_events").select(["source", "missed_versions"])
-            collected = {"bronze_rows": bronze.num_rows,
+            bronze = lake.read_arrow("znode_events").select(["zxid", "missed_versions"])
+            in_bronze = set(bronze.column("zxid").to_pylist()) & set(zombie_times)
+            collected = {"bronze_rows": bronze.num_rows, "zombies_in_bronze": len(in_bronze),
                          "missed_versions": int(sum(v for v in bronze.column("missed_versions").to_pylist() if v))}
         finally:
             for p in procs:
@@ -160,7 +161,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = [f"{args.rate:,} writes/s for {args.duration:.0f} s over {args.partitions:,} partitions, "
                f"{len(zombie_times)} zombie writes, monitor trigger 1 s, poll {args.poll}s",
                f"watch collector: {collected['bronze_rows']:,} bronze rows for {sent:,} writes "
-               f"({collected['missed_versions']:,} versions reported missed: one-shot watches coalesce)",
+               f"({collected['missed_versions']:,} versions reported missed: one-shot watches coalesce); "
+               f"zombie writes in bronze: {collected['zombies_in_bronze']}/{len(zombie_times)}",
                f"detected {len(seen)}/{len(zombie_times)}" + (f": p50 {p50:.2f} s, p95 {p95:.2f} s" if lat else "")]
     return {"benchmark": NAME, "machine": machine(), "params": vars(args) | {"out": None},
             "writes_sent": sent, "collector": collected, "zombies": len(zombie_times), "detected": len(seen), "latencies_s": [round(x, 3) for x in lat],
