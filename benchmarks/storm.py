@@ -74,4 +74,4 @@ def write_storm(lake: Any, partitions: int, brokers: int = 6) -> int:
                                _state_rows(lake.cluster, z2 + 2, partitions, brokers, storm=True)])
     lake.append("znode_events", before, writer_id="bench-storm", batch_seq=0)
     lake.append("znode_events", during, writer_id="bench-storm", batch_seq=1)
-    return before.num_rows + during.num_rows
+    return int(before.num_rows + during.num_rows)

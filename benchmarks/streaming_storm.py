@@ -48,7 +48,7 @@ def _processor_class() -> type:
     from models.fold import apply_partition
     from models.states import PartitionState as P
 
-    class NaiveFold(StatefulProcessor):  # type: ignore[misc]
+    class NaiveFold(StatefulProcessor):
         """One key per (topic, partition): the state triple in a ValueState, one fold step per leader change."""
 
         def init(self, handle: StatefulProcessorHandle) -> None:
