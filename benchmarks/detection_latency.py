@@ -74,7 +74,7 @@ def _writer(client: Any, paths: list[str], rate: int, duration: float, zombies: 
     pending: list[Any] = []
     rng = np.random.default_rng(1)
     while (elapsed := time.monotonic() - start) < duration:
-        due = int(elapsed * rate) - sent
+        due = min(int(elapsed * rate) - sent, max(rate // 20, 1))  # bounded bursts: zombies stay on schedule
         for _ in range(max(due, 0)):
             path = steady[int(rng.integers(len(steady)))]
             epochs[path] += 1
@@ -84,20 +84,28 @@ def _writer(client: Any, paths: list[str], rate: int, duration: float, zombies: 
             sent += 1
         for at in [z for z in zombie_at if z <= elapsed]:
             zombie_at.discard(at)
-            path = quiet.pop()
-            epochs[path] += 1
-            leader = BROKERS[epochs[path] % 3]
-            stat = client.set(path, payloads.encode_partition_state(leader, epochs[path], 1, [leader], KAFKA))
-            zombie_times[stat.mzxid] = time.time()
+            _zombie(client, quiet.pop(), epochs, zombie_times)
         if len(pending) > 5000:
             for p in pending:
                 p.get(timeout=30)
             pending = []
         time.sleep(0.002)
+    for _late in sorted(zombie_at):  # a writer that fell behind still injects every zombie
+        _zombie(client, quiet.pop(), epochs, zombie_times)
     for p in pending:
         p.get(timeout=30)
     log.info("writer: %d writes in %.1f s", sent, time.monotonic() - start)
     return zombie_times, sent + len(zombie_times)
+
+
+def _zombie(client: Any, path: str, epochs: dict[str, int], zombie_times: dict[int, float]) -> None:
+    """A stale-epoch write (controller_epoch 1 < 2) that moves leadership: what a zombie controller does."""
+    from simulator import payloads
+
+    epochs[path] += 1
+    leader = BROKERS[epochs[path] % 3]
+    stat = client.set(path, payloads.encode_partition_state(leader, epochs[path], 1, [leader], KAFKA))
+    zombie_times[stat.mzxid] = time.time()
 
 
 def _cli(lake: Path, *args: str, log_to: Path) -> subprocess.Popen[bytes]:
