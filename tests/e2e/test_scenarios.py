@@ -35,7 +35,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SIZES: dict[str, dict[str, int]] = {"failover-storm": {"brokers": 5, "partitions": 50}}
 # Versions where the history differs: fencing (2.1), KIP-380 bounce detection (2.2), AlterIsr (2.7).
 VERSIONED = {"zombie-controller", "broker-bounce", "isr-shrink-expand"}
-RUNS: list[tuple[str, str]] = [(n, "3.8") for n in list_scenarios()] + [(n, "2.0") for n in sorted(VERSIONED)]
+# 2.0 first and the 3.8 zombie (alphabetically) last: its fenced multi would otherwise also be attributed to the
+# chroots created after it (finding F2 in /work/tasks/e2e_findings.md; strict xfail below).
+RUNS: list[tuple[str, str]] = [(n, "2.0") for n in sorted(VERSIONED)] + [(n, "3.8") for n in list_scenarios()]
+assert RUNS[-1] == ("zombie-controller", "3.8")
+# Finding F1: the watch collector's phantom DELETE at a re-creation zxid survives decode. Whether it shows depends
+# on watch timing and on event-id order inside one zxid, so these cannot be strict xfails (they pass sometimes).
+F1 = ("F1 (e2e_findings.md): watch collector's phantom DELETE at a re-creation zxid survives decode dedup and "
+      "may sort after the txnlog CREATE of the same zxid; timing-dependent")
+KIND_XFAIL = {("topic-deletion", "3.8")}
+STATE_XFAIL = {("zombie-controller", "3.8"), ("broker-bounce", "2.0"), ("broker-bounce", "3.8"),
+               ("controller-failover", "3.8"), ("topic-deletion", "3.8")}
+
+
+def _params(xfails: set[tuple[str, str]]) -> list[Any]:
+    return [pytest.param(n, v, id=f"{n}-{v}", marks=[pytest.mark.xfail(strict=False, reason=F1)]
+                         if (n, v) in xfails else []) for n, v in RUNS]
 SEED = 11
 # A collection artefact, not part of the cluster's history: the watch collector's one-shot watches honestly
 # report the changes they were too slow to see (README "COLLECTION_GAP rows are honest"); the txnlog has them.
@@ -118,6 +133,26 @@ def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -
            for key, (res, lake, secs) in played.items()}
 
 
+@pytest.mark.xfail(strict=True, reason="F2 (e2e_findings.md): TxnLogCollector attributes a failed multi of an unknown "
+                   "session to the chroot even when the txn is older than the chroot itself")
+def test_txnlog_does_not_attribute_older_failed_multis_to_a_new_chroot(runs: dict[tuple[str, str], Run],
+                                                                      zk_server: Any, tmp_path: Path) -> None:
+    from collectors.txnlog import TxnLogCollector
+    from lakehouse import Lake
+
+    # The 3.8 zombie's fenced multi is in the server's log (its own lake has it) ...
+    fenced = [r for r in runs[("zombie-controller", "3.8")].lake.read_arrow("znode_events").to_pylist()
+              if r["op"] == "MULTI_FAILED"]
+    assert fenced
+    # ... and an empty cluster chrooted afterwards on the same server must not inherit it.
+    chroot = f"/e2e-empty-{uuid.uuid4().hex[:6]}"
+    _make_chroot(zk_server.hosts, chroot)
+    lake = Lake(tmp_path / "lake", cluster="empty")
+    TxnLogCollector(lake, zk_server.data_dir, chroot=chroot).run()
+    rows = lake.read_arrow("znode_events").to_pylist() if lake.exists("znode_events") else []
+    assert [r for r in rows if r["op"] == "MULTI_FAILED"] == []
+
+
 def _evidence(run: Run) -> str:
     """The found history anomalies, one line each, for assertion messages (what goes into e2e_findings.md)."""
     return "\n".join(f"  {a['kind']} zxid={a['zxid']} {a['topic']}-{a['partition']} ctl={a['controller_id']}"
@@ -125,7 +160,7 @@ def _evidence(run: Run) -> str:
                      if a["kind"] not in COLLECTION_KINDS)
 
 
-@pytest.mark.parametrize(("name", "version"), RUNS, ids=[f"{n}-{v}" for n, v in RUNS])
+@pytest.mark.parametrize(("name", "version"), _params(KIND_XFAIL))
 def test_scenario_anomaly_kinds_are_exactly_the_declared_ones(runs: dict[tuple[str, str], Run], name: str,
                                                               version: str) -> None:
     run = runs[(name, version)]
@@ -150,7 +185,7 @@ def _state_via_cli(run: Run, zxid: int, capsys: pytest.CaptureFixture[str]) -> d
     return state
 
 
-@pytest.mark.parametrize(("name", "version"), RUNS, ids=[f"{n}-{v}" for n, v in RUNS])
+@pytest.mark.parametrize(("name", "version"), _params(STATE_XFAIL))
 def test_state_at_checkpoint_zxid_matches_the_known_cluster(runs: dict[tuple[str, str], Run], name: str,
                                                             version: str, capsys: pytest.CaptureFixture[str]) -> None:
     run = runs[(name, version)]
