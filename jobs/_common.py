@@ -10,12 +10,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from lakehouse.spark_io import read_table, stream_table, write_batch
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES
-from pipelines.engine import DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
+from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,7 +55,7 @@ def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
         lake.ensure(table)
         seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
         write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode="overwrite")
-        counts[table] = lake.read_arrow(table).num_rows
+        counts[table] = out[table].num_rows
     return counts
 
 
@@ -62,6 +63,7 @@ def carried_from_lake(spark: SparkSession, lake: Lake) -> Carried:
     """The state a micro-batch continues from: state tables, log terms, global history, known ids."""
     meta = read_or_empty(spark, lake, "metadata_events")
     global_rows = [r.asDict() for r in meta.filter(F.col("type").isin(*GLOBAL_TYPES)).collect()]
+    txn = read_or_empty(spark, lake, "znode_events").filter("source = 'txnlog'").agg(F.max("zxid").alias("m"))
     return Carried(
         partition_state=read_or_empty(spark, lake, "partition_state"),
         replica_state=read_or_empty(spark, lake, "replica_state"),
@@ -69,20 +71,16 @@ def carried_from_lake(spark: SparkSession, lake: Lake) -> Carried:
         global_events=global_rows,
         zk_writes=meta.filter("type = 'PARTITION_STATE_WRITTEN'").select("topic", "partition", "leader", "leader_epoch"),
         known_event_ids=meta.select("event_id"),
+        txnlog_max_zxid=txn.collect()[0]["m"],
     )
 
 
-def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> Any:
+def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:
     """Write one micro-batch's outputs exactly once (state tables last); returns its new anomalies."""
-    anomalies = out["anomalies"].localCheckpoint()
     for table in DERIVED_TABLES:
         lake.ensure(table)
-        df = anomalies if table == "anomalies" else out[table].localCheckpoint()
-        write_batch(df, lake, table, writer_id, batch_seq, mode="append" if table in _APPEND else "overwrite")
-    return anomalies
-
-
-_APPEND = frozenset({"metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies"})
+        write_batch(out[table], lake, table, writer_id, batch_seq, mode="append" if table in APPEND_TABLES else "overwrite")
+    return out["anomalies"]
 
 
 MONITOR_WRITER = "monitor"
@@ -104,7 +102,7 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     if replay:
         carried.known_event_ids = None  # this batch's own events are already in the table
     out = run_increment(spark, znodes, decisions, carried, cluster=lake.cluster)
-    rows = [r.asDict() for r in write_increment(out, lake, MONITOR_WRITER, batch_id).collect()]
+    rows = write_increment(out, lake, MONITOR_WRITER, batch_id).to_pylist()
     if publish is not None and not replay:
         publish(sorted(rows, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["anomaly_id"])))
     return len(rows)

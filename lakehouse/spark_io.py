@@ -15,7 +15,9 @@ from lakehouse.lake import Lake, WriteMode, crash_point
 from lakehouse.spark_schema import spark_schema
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +60,16 @@ def read_table(
         return spark.createDataFrame(lake.conform_read(table, snap.to_pyarrow_table()), schema=schema)
     files = snap.file_uris()
     if not files:
-        return spark.createDataFrame([], schema)
+        return _empty_frame(spark, schema)
     # Spark's own Parquet reader with the spec schema: columns missing from older files read as null.
     return spark.read.schema(schema).parquet(*files)
+
+
+def _empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    """An empty DataFrame built in the JVM: ``createDataFrame([], schema)`` costs 1-2 s of Python round trips."""
+    from pyspark.sql import functions as F
+
+    return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
 def _needs_delta_rs_scan(snap: object) -> bool:
@@ -75,7 +84,7 @@ def _needs_delta_rs_scan(snap: object) -> bool:
 
 
 def write_batch(
-    df: DataFrame,
+    df: DataFrame | pa.Table,
     lake: Lake,
     table: str,
     writer_id: str,
@@ -86,19 +95,26 @@ def write_batch(
 
     Use ``batch_seq = batch_id``: Spark replays an uncommitted micro-batch with the same id after a
     restart, and the Delta app transaction makes the replay a no-op. v1 collects the batch to the driver
-    as Arrow (``df.toArrow()``): fine for micro-batches, not for huge backfills.
+    as Arrow (``df.toArrow()``): fine for micro-batches, not for huge backfills. An Arrow table already
+    collected by the caller is written as is.
     """
     last = lake.last_batch_seq(table, writer_id)
     if last is not None and last >= batch_seq:
         log.info("%s: micro-batch %s/%d already committed, skipped", table, writer_id, batch_seq)
         return False
-    data = df.toArrow()
+    data = df if _is_arrow(df) else df.toArrow()
     crash_point("before_write", batch_seq)
     if mode == "append":
         return lake.append(table, data, writer_id=writer_id, batch_seq=batch_seq)
     if mode == "overwrite":
         return lake.overwrite(table, data, writer_id=writer_id, batch_seq=batch_seq)
     raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+
+
+def _is_arrow(df: object) -> bool:
+    import pyarrow as pa
+
+    return isinstance(df, pa.Table)
 
 
 def stream_table(

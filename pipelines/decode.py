@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -69,7 +70,10 @@ def metadata_row(cluster: str, row: dict[str, Any], seq: int, ev: MetadataEvent)
     out["type"] = str(ev.type)
     out["isr"] = list(ev.isr) if ev.isr is not None else None
     out["replicas"] = list(ev.replicas) if ev.replicas is not None else None
-    out["detail"] = json.dumps(ev.detail, sort_keys=True, default=str) if ev.detail else None
+    detail = dict(ev.detail or {})
+    if out["type"] == "COLLECTION_GAP":
+        detail["source"] = row.get("source")  # a watch gap is noise where the txnlog covers it (engine)
+    out["detail"] = json.dumps(detail, sort_keys=True, default=str) if detail else None
     out["event_time"] = _utc(ev.event_time) or _utc(row["txn_time"]) or _utc(row["observed_at"])
     out["path"] = ev.path if ev.path is not None else row["path"]
     out["cluster"] = cluster
@@ -123,9 +127,25 @@ def _arrow_out_schema() -> pa.Schema:
     return to_arrow_schema(_OUT_SCHEMA)
 
 
+def decoded_znode_events(df: DataFrame) -> DataFrame:
+    """Bronze rows after source dedupe, decoded: metadata rows (``_ok``) and quarantine rows (``q_*``) together."""
+    return dedupe_znode_events(df).mapInArrow(_decode_batches, _OUT_SCHEMA)
+
+
+def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(metadata_events + ``_seq``, quarantine) from a collected ``decoded_znode_events`` (split on the driver)."""
+    ok = decoded["_ok"]
+    meta = decoded.filter(ok).select([*METADATA_EVENTS.column_names, "_seq"])
+    q = decoded.filter(pc.invert(ok))
+    renamed = {"q_source": "source", "q_raw": "raw", "q_reason": "reason", "q_observed_at": "observed_at",
+               "q_ref": "ref"}
+    q = q.select(list(q.schema.names)).rename_columns([renamed.get(n, n) for n in q.schema.names])
+    return meta, q.select(list(QUARANTINE.column_names))
+
+
 def decode_znode_events(df: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(metadata_events, quarantine) from bronze znode_events, after source dedupe."""
-    decoded = dedupe_znode_events(df).mapInArrow(_decode_batches, _OUT_SCHEMA)
+    decoded = decoded_znode_events(df)
     meta = decoded.filter("_ok").select(*METADATA_EVENTS.column_names, "_seq")
     quarantine = decoded.filter("NOT _ok").select(
         "cluster", F.col("q_source").alias("source"), F.col("q_raw").alias("raw"),

@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from models.anomalies import SEVERITY, AnomalyKind
+from models.decisions import FAILURE_KINDS, DecisionKind
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
 from models.tables import ANOMALIES
 
@@ -133,13 +134,18 @@ def _d(decisions: DataFrame) -> DataFrame:
     return decisions.withColumn("event_time", F.col("ts")).withColumn("zxid", F.lit(None).cast("bigint"))
 
 
+FAILED_CHANGE_KINDS = tuple(sorted(str(k) for k in FAILURE_KINDS & {
+    DecisionKind.PARTITION_TRANSITION_FAILED, DecisionKind.REPLICA_TRANSITION_FAILED, DecisionKind.INVALID_TRANSITION}))
+"""A state change that did not take effect; an invalid-transition cause is ALSO an illegal transition."""
+
+
 def detect_failed_state_changes(decisions: DataFrame) -> DataFrame:
-    bad = _d(decisions).filter(F.col("kind").isin("PARTITION_TRANSITION_FAILED", "REPLICA_TRANSITION_FAILED"))
+    bad = _d(decisions).filter(F.col("kind").isin(*FAILED_CHANGE_KINDS))
     return _anomalies(bad, K.FAILED_STATE_CHANGE, _ev_of("event_id"), _decision_details())
 
 
 def detect_stale_controller_requests(decisions: DataFrame) -> DataFrame:
-    bad = _d(decisions).filter(F.col("kind") == "STALE_CONTROLLER_REQUEST")
+    bad = _d(decisions).filter(F.col("kind") == str(DecisionKind.STALE_CONTROLLER_REQUEST))
     return _anomalies(bad, K.STALE_CONTROLLER_REQUEST, _ev_of("event_id"), _decision_details())
 
 
@@ -152,9 +158,12 @@ def detect_illegal_logged_transitions(decisions: DataFrame, kafka_version: str =
     p_ok = [f"{a}>{b}" for a, b in legal_pairs(partition_valid_previous(kafka_version))]  # type: ignore[arg-type]
     r_ok = [f"{a}>{b}" for a, b in legal_pairs(replica_valid_previous(kafka_version))]  # type: ignore[arg-type]
     d = _d(decisions)
-    logged_p = d.filter((F.col("kind") == "PARTITION_TRANSITION") & F.col("from_state").isNotNull() & ~_pair_col().isin(p_ok))
-    logged_r = d.filter((F.col("kind") == "REPLICA_TRANSITION") & F.col("from_state").isNotNull() & ~_pair_col().isin(r_ok))
-    invalid = d.filter(F.col("kind") == "INVALID_TRANSITION")
+    kind = F.col("kind")
+    logged_p = d.filter((kind == str(DecisionKind.PARTITION_TRANSITION)) & F.col("from_state").isNotNull()
+                        & ~_pair_col().isin(p_ok))
+    logged_r = d.filter((kind == str(DecisionKind.REPLICA_TRANSITION)) & F.col("from_state").isNotNull()
+                        & ~_pair_col().isin(r_ok))
+    invalid = d.filter(kind == str(DecisionKind.INVALID_TRANSITION))
     parts = logged_p.unionByName(invalid.filter(F.col("replica").isNull()))
     reps = logged_r.unionByName(invalid.filter(F.col("replica").isNotNull()))
     return _anomalies(parts, K.ILLEGAL_PARTITION_TRANSITION, _ev_of("event_id"), _decision_details()).unionByName(
@@ -167,7 +176,7 @@ def detect_decision_zk_divergence(decisions: DataFrame, zk_writes: DataFrame) ->
     ``zk_writes`` holds every known state write (topic, partition, leader, leader_epoch): the increment's and
     the committed history's.
     """
-    logged = _d(decisions).filter((F.col("kind") == "PARTITION_TRANSITION") & (F.col("to_state") == "OnlinePartition")
+    logged = _d(decisions).filter((F.col("kind") == str(DecisionKind.PARTITION_TRANSITION)) & (F.col("to_state") == "OnlinePartition")
                                   & F.col("leader").isNotNull() & F.col("leader_epoch").isNotNull())
     seen = zk_writes.select("topic", "partition", "leader", "leader_epoch").distinct()
     bad = logged.join(seen, ["topic", "partition", "leader", "leader_epoch"], "left_anti")
@@ -197,9 +206,15 @@ def detect_split_brain(terms: DataFrame) -> DataFrame:
                                                         "old_last_seen"))
 
 
-def detect_collection_gaps_in_bronze(znode_events: DataFrame) -> DataFrame:
-    """znode rows whose collector saw a version jump (missed_versions > 0)."""
+def detect_collection_gaps_in_bronze(znode_events: DataFrame, txnlog_max_zxid: int | None = None) -> DataFrame:
+    """znode rows whose collector saw a version jump (missed_versions > 0).
+
+    Not when the txnlog collector has delivered that zxid (``txnlog_max_zxid`` >= it): the lossless history
+    is in the lake, so the watch's gap lost nothing.
+    """
     bad = znode_events.filter(F.col("missed_versions") > 0).withColumn("event_time", F.col("observed_at"))
+    if txnlog_max_zxid is not None:
+        bad = bad.filter(F.col("zxid") > F.lit(txnlog_max_zxid))
     return _anomalies(bad, K.COLLECTION_GAP, _ev_of("event_id"), F.struct("path", "missed_versions", "source"))
 
 

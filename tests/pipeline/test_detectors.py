@@ -24,7 +24,8 @@ def _faulty() -> History:
     h.state("e", 0, 1, 0, 1, [1], op="CREATE").state("e", 0, 2, 1, 1, [2])  # unclean: 2 not in ISR [1]
     h.state("f", 0, 1, 5, 1, [1, 2], op="CREATE").state("f", 0, 1, 3, 1, [1, 2])  # epoch went back
     h.state("g", 0, 1, 0, 1, [1], op="CREATE")  # no assignment: NonExistent -> Online
-    h.add("/brokers", "GAP", detail="reconnect")
+    h.add("/brokers", "GAP", detail="reconnect")  # the txnlog collector's own gap: kept
+    h.add("/brokers", "GAP", detail="reconnect", source="watch")  # covered by later txnlog rows: no anomaly
     h.add("/controller_epoch", "MULTI_FAILED", detail="/controller_epoch")
     h.add("/controller_epoch", "SET", b"0")  # regression
     h.add("/controller", "DELETE", seconds=100)
