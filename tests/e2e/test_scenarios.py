@@ -44,8 +44,14 @@ assert RUNS[-1] == ("zombie-controller", "3.8")
 F1 = ("F1 (e2e_findings.md): watch collector's phantom DELETE at a re-creation zxid survives decode dedup and "
       "may sort after the txnlog CREATE of the same zxid; timing-dependent")
 KIND_XFAIL = {("topic-deletion", "3.8")}
-STATE_XFAIL = {("zombie-controller", "3.8"), ("broker-bounce", "2.0"), ("broker-bounce", "3.8"),
-               ("controller-failover", "3.8"), ("topic-deletion", "3.8")}
+# Every run whose history deletes and re-creates a znode (/controller, /brokers/ids/N) or deletes a topic.
+STATE_XFAIL = {("zombie-controller", "2.0"), ("zombie-controller", "3.8"), ("broker-bounce", "2.0"),
+               ("broker-bounce", "3.8"), ("controller-failover", "3.8"), ("topic-deletion", "3.8"),
+               ("unclean-election", "3.8"), ("broker-crash", "3.8"), ("failover-storm", "3.8")}
+# Time travel is also checked strictly on a second lake fed by the lossless collectors only (txnlog + logs, same
+# chroot and log files, no watch rows): the runs where the controller or a broker changes.
+TXN_ONLY = [("zombie-controller", "2.0"), ("zombie-controller", "3.8"), ("broker-bounce", "2.0"),
+            ("unclean-election", "3.8"), ("controller-failover", "3.8")]
 
 
 def _params(xfails: set[tuple[str, str]]) -> list[Any]:
@@ -65,6 +71,7 @@ class Run:
     lake: Any
     anomalies: list[dict[str, Any]]
     seconds: dict[str, float]
+    txn_lake: Any = None
 
     @property
     def history_kinds(self) -> set[str]:
@@ -81,10 +88,16 @@ def _make_chroot(hosts: str, chroot: str) -> None:
         client.close()
 
 
-def _play(zk_server: Any, root: Path, name: str, version: str) -> tuple[ScenarioResult, Any, float]:
-    """Scenario with the watch collector on, then the txnlog and log collectors, into a fresh lake."""
+def _collect_lossless(lake: Any, zk_server: Any, chroot: str, log_dir: Path) -> None:
     from collectors.kafka_logs import collect_logs
     from collectors.txnlog import TxnLogCollector
+
+    TxnLogCollector(lake, zk_server.data_dir, chroot=chroot).run()
+    collect_logs(lake, str(log_dir))
+
+
+def _play(zk_server: Any, root: Path, name: str, version: str) -> tuple[ScenarioResult, Any, float, Any]:
+    """Scenario with the watch collector on, then the txnlog and log collectors, into a fresh lake."""
     from collectors.zk_watch import ZkWatchCollector
     from lakehouse import Lake
 
@@ -106,9 +119,12 @@ def _play(zk_server: Any, root: Path, name: str, version: str) -> tuple[Scenario
         time.sleep(0.5)  # the last watch notifications are in flight when the scenario returns
         stop.set()
         thread.join(30)
-    TxnLogCollector(lake, zk_server.data_dir, chroot=chroot).run()
-    collect_logs(lake, str(log_dir))
-    return result, lake, time.monotonic() - t0
+    _collect_lossless(lake, zk_server, chroot, log_dir)
+    txn_lake = None
+    if (name, version) in TXN_ONLY:
+        txn_lake = Lake(root / f"lake-{tag}-txn", cluster=tag)
+        _collect_lossless(txn_lake, zk_server, chroot, log_dir)
+    return result, lake, time.monotonic() - t0, txn_lake
 
 
 def _rebuild(spark: Any, lake: Any) -> tuple[list[dict[str, Any]], float]:
@@ -125,12 +141,15 @@ def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("e2e")
     played = {(n, v): _play(zk_server, root, n, v) for n, v in RUNS}
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="rebuild") as pool:
-        futures = {key: pool.submit(_rebuild, spark, lake) for key, (_r, lake, _s) in played.items()}
+        futures = {key: pool.submit(_rebuild, spark, lake) for key, (_r, lake, _s, _t) in played.items()}
+        txn = [pool.submit(_rebuild, spark, t) for (_r, _l, _s, t) in played.values() if t is not None]
         rebuilt = {key: f.result() for key, f in futures.items()}
-    for key, (_r, _l, secs) in played.items():
+        for f in txn:
+            f.result()
+    for key, (_r, _l, secs, _t) in played.items():
         log.info("e2e %s: play+collect %.1fs, rebuild %.1fs", key, secs, rebuilt[key][1])
-    yield {key: Run(key[0], key[1], res, lake, rebuilt[key][0], {"play": secs, "rebuild": rebuilt[key][1]})
-           for key, (res, lake, secs) in played.items()}
+    yield {key: Run(key[0], key[1], res, lake, rebuilt[key][0], {"play": secs, "rebuild": rebuilt[key][1]}, t)
+           for key, (res, lake, secs, t) in played.items()}
 
 
 @pytest.mark.xfail(strict=True, reason="F2 (e2e_findings.md): TxnLogCollector attributes a failed multi of an unknown "
@@ -173,11 +192,11 @@ def test_scenario_anomaly_kinds_are_exactly_the_declared_ones(runs: dict[tuple[s
         assert where == {(entry["topic"], entry.get("partition"))}, f"{entry}:\n{_evidence(run)}"
 
 
-def _state_via_cli(run: Run, zxid: int, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def _state_via_cli(lake: Any, zxid: int, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     from zkledger.cli import main
 
     capsys.readouterr()
-    code = main(["--lake", str(run.lake.root), "--cluster", run.lake.cluster, "state", "--zxid", str(zxid),
+    code = main(["--lake", str(lake.root), "--cluster", lake.cluster, "state", "--zxid", str(zxid),
                  "--format", "json"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -189,10 +208,22 @@ def _state_via_cli(run: Run, zxid: int, capsys: pytest.CaptureFixture[str]) -> d
 def test_state_at_checkpoint_zxid_matches_the_known_cluster(runs: dict[tuple[str, str], Run], name: str,
                                                             version: str, capsys: pytest.CaptureFixture[str]) -> None:
     run = runs[(name, version)]
+    _assert_checkpoints(run, run.lake, capsys)
+
+
+@pytest.mark.parametrize(("name", "version"), TXN_ONLY, ids=[f"{n}-{v}" for n, v in TXN_ONLY])
+def test_state_at_checkpoint_from_the_lossless_collectors(runs: dict[tuple[str, str], Run], name: str,
+                                                          version: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = runs[(name, version)]
+    _assert_checkpoints(run, run.txn_lake, capsys)
+
+
+def _assert_checkpoints(run: Run, lake: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`zkledger state --zxid` at every checkpoint gives the controller, brokers and partitions ZooKeeper held."""
     assert run.result.state_at, "every scenario has at least the 'started' checkpoint"
     for cp in run.result.state_at.values():
-        st = _state_via_cli(run, cp.zxid, capsys)
-        where = f"{name} {version} checkpoint {cp.name} zxid={cp.zxid}"
+        st = _state_via_cli(lake, cp.zxid, capsys)
+        where = f"{run.name} {run.version} checkpoint {cp.name} zxid={cp.zxid}"
         assert st["controller_id"] == cp.controller_id, where
         assert st["controller_epoch"] == cp.controller_epoch, where
         assert tuple(st["live_brokers"]) == cp.live_brokers, where
