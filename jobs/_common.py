@@ -63,7 +63,8 @@ def carried_from_lake(spark: SparkSession, lake: Lake) -> Carried:
     """The state a micro-batch continues from: state tables, log terms, global history, known ids."""
     meta = read_or_empty(spark, lake, "metadata_events")
     global_rows = [r.asDict() for r in meta.filter(F.col("type").isin(*GLOBAL_TYPES)).collect()]
-    txn = read_or_empty(spark, lake, "znode_events").filter("source = 'txnlog'").agg(F.max("zxid").alias("m"))
+    txn = read_or_empty(spark, lake, "znode_events").filter("source = 'txnlog'").agg(F.min("zxid").alias("lo"), F.max("zxid").alias("m"))
+    txn_row = txn.collect()[0]
     return Carried(
         partition_state=read_or_empty(spark, lake, "partition_state"),
         replica_state=read_or_empty(spark, lake, "replica_state"),
@@ -71,7 +72,8 @@ def carried_from_lake(spark: SparkSession, lake: Lake) -> Carried:
         global_events=global_rows,
         zk_writes=meta.filter("type = 'PARTITION_STATE_WRITTEN'").select("topic", "partition", "leader", "leader_epoch"),
         known_event_ids=meta.select("event_id"),
-        txnlog_max_zxid=txn.collect()[0]["m"],
+        txnlog_max_zxid=txn_row["m"],
+        txnlog_min_zxid=txn_row["lo"],
     )
 
 

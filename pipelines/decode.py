@@ -40,8 +40,20 @@ _OUT_SCHEMA = T.StructType(
 )
 
 
-def dedupe_znode_events(df: DataFrame) -> DataFrame:
-    """One row per (zxid, path, op): the same change seen by several collectors is kept once."""
+def dedupe_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
+    """One row per (zxid, path, op): the same change seen by several collectors is kept once.
+
+    Where the txnlog covers a zxid (between its first and last delivered zxid, in this input or the committed
+    ``txnlog_range``), watch/resync rows are dropped: the txnlog is lossless, while a watch reads after the
+    fact and can stamp a phantom DELETE with a re-creation's zxid.
+    """
+    txn = F.when(F.col("source") == "txnlog", F.col("zxid"))
+    w_cluster = Window.partitionBy("cluster")
+    df = df.withColumn("_lo", F.min(txn).over(w_cluster)).withColumn("_hi", F.max(txn).over(w_cluster))
+    covered = F.coalesce(F.col("zxid").between(F.col("_lo"), F.col("_hi")), F.lit(False))
+    if txnlog_range is not None:
+        covered = covered | F.col("zxid").between(F.lit(txnlog_range[0]), F.lit(txnlog_range[1]))
+    df = df.filter((F.col("source") == "txnlog") | ~covered).drop("_lo", "_hi")
     rank = F.coalesce(
         F.create_map(*[x for k, v in SOURCE_RANK.items() for x in (F.lit(k), F.lit(v))])[F.col("source")],
         F.lit(9),
@@ -127,9 +139,9 @@ def _arrow_out_schema() -> pa.Schema:
     return to_arrow_schema(_OUT_SCHEMA)
 
 
-def decoded_znode_events(df: DataFrame) -> DataFrame:
+def decoded_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
     """Bronze rows after source dedupe, decoded: metadata rows (``_ok``) and quarantine rows (``q_*``) together."""
-    return dedupe_znode_events(df).mapInArrow(_decode_batches, _OUT_SCHEMA)
+    return dedupe_znode_events(df, txnlog_range).mapInArrow(_decode_batches, _OUT_SCHEMA)
 
 
 def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -73,6 +73,7 @@ class Carried:
     zk_writes: DataFrame | None = None  # committed state writes: topic, partition, leader, leader_epoch
     known_event_ids: DataFrame | None = None  # committed metadata_events ids (cross-batch dedupe)
     txnlog_max_zxid: int | None = None  # highest zxid the txnlog collector has delivered (gap suppression)
+    txnlog_min_zxid: int | None = None  # lowest one: between both, the txnlog is the lossless history
     empty: bool = False
 
 
@@ -101,7 +102,9 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     Each Spark stage runs once: decode, fold, decisions, log terms and anomalies are one collect each, and
     every table is split from those Arrow results on the driver (a Spark job costs ~0.3 s even when tiny).
     """
-    decoded = decoded_znode_events(znode_events).toArrow()
+    committed = None if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None \
+        else (carried.txnlog_min_zxid, carried.txnlog_max_zxid)
+    decoded = decoded_znode_events(znode_events, committed).toArrow()
     meta_t, quarantine_t = split_decoded(decoded)
     if carried.known_event_ids is not None and meta_t.num_rows:
         known = carried.known_event_ids.join(arrow_df(spark, meta_t.select(["event_id"]), _ID_SCHEMA),

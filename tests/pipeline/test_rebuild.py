@@ -52,10 +52,24 @@ def test_rebuild_twice_is_identical(spark: Any, lake: Any) -> None:
 def test_malformed_payload_is_quarantined(spark: Any, lake: Any) -> None:
     h = clean_history()
     h.add("/brokers/topics/t/partitions/0/state", "SET", b"{not json")
+    h.add("/controller", "DELETE", zxid=5, source="watch")  # a watch's phantom DELETE where the txnlog covers zxid 5
+    h.add("/controller", "DELETE", source="watch")  # past the txnlog's last zxid: kept
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
     rebuild(spark, lake)
     q = _rows(lake, "quarantine")
     assert len(q) == 1 and q[0]["ref"].endswith("/partitions/0/state:SET") and q[0]["reason"]
+    resigned = [r["zxid"] for r in _rows(lake, "metadata_events") if r["type"] == "CONTROLLER_RESIGNED"]
+    assert resigned == [h.zxid]
+
+
+def test_state_zxid_accepts_decimal_and_hex() -> None:
+    import argparse
+
+    from zkledger.commands.state import parse_zxid
+
+    assert parse_zxid("64") == parse_zxid("0x40") == parse_zxid("0X40") == 64
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_zxid("forty")
 
 
 def test_zombie_write_and_leader_epoch_regression(spark: Any, lake: Any) -> None:

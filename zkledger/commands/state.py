@@ -9,13 +9,25 @@ from typing import Any
 from zkledger.errors import UserError
 
 
+def parse_zxid(text: str) -> int:
+    """A zxid as decimal or 0x-prefixed hex (ZooKeeper's own logs print hex)."""
+    try:
+        value = int(text, 0) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a zxid (decimal or 0x hex): {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a zxid is not negative: {text!r}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("state", help="the cluster's metadata as of a point in time",
                                    description="Controller and epoch, live brokers, and per partition "
                                                "leader/ISR/replicas/state as of --at TIME or --zxid N.")
     point = parser.add_mutually_exclusive_group(required=True)
     point.add_argument("--at", metavar="TIME", default=None, help="ISO 8601 time (naive = UTC)")
-    point.add_argument("--zxid", metavar="N", type=int, default=None, help="ZooKeeper transaction id")
+    point.add_argument("--zxid", metavar="N", type=parse_zxid, default=None,
+                       help="ZooKeeper transaction id, decimal or hex (0x40)")
     parser.add_argument("--topic", metavar="T", default=None, help="only this topic")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     parser.set_defaults(handler=run)
