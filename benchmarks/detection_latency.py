@@ -114,6 +114,13 @@ def _cli(lake: Path, *args: str, log_to: Path) -> subprocess.Popen[bytes]:
                             stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
 
 
+def _log_digest(path: Path) -> str:
+    """The error lines (first 20) and the last 600 characters of a command's output, for the result JSON."""
+    text = path.read_text(errors="replace")
+    errors = [ln for ln in text.splitlines() if "Error" in ln or "Exception" in ln or ln.startswith("error:")][:20]
+    return "\n".join(errors) + "\n...\n" + text[-600:]
+
+
 def _poll(lake: Any, zombie_times: dict[int, float], seen: dict[int, float], until: float, every: float) -> None:
     """Record when each zombie zxid's anomaly row is first visible in the Delta table."""
     while time.time() < until and len(seen) < len(zombie_times):
@@ -162,7 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.stop()
             client.close()
             zk.stop()
-        tails = {n: (work / f"{n}.log").read_text(errors="replace")[-600:] for n in ("collect", "monitor")}
+        tails = {n: _log_digest(work / f"{n}.log") for n in ("collect", "monitor")}
     lat = sorted(seen[z] - zombie_times[z] for z in seen)
     p50 = float(np.percentile(lat, 50)) if lat else None
     p95 = float(np.percentile(lat, 95)) if lat else None
