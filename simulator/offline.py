@@ -182,6 +182,40 @@ def _to_table(b: _Batch, partitions: int, brokers: int, ids: pa.StringArray) -> 
     })
 
 
+def preamble_table(partitions: int, brokers: int, cluster: str) -> pa.Table:
+    """What a cluster holds before the first partition-state write: brokers, controller, topic assignments.
+
+    Without it every partition's first state write would start from NonExistentPartition (no assignment seen)
+    and the whole history would read as illegal transitions. Each partition is assigned to every broker, so
+    the ring-rotating leader and ISR of the generated writes always stay inside the replica set.
+    """
+    from models import znode_codec as zc
+    from models.ids import event_id
+
+    version = "2.8"
+    rows: list[tuple[str, bytes]] = [(f"/brokers/ids/{b}", zc.encode_broker_registration(b, f"broker-{b}.sim", 9092,
+                                                                                            version, timestamp_ms=0))
+                                     for b in range(1, brokers + 1)]
+    rows.append(("/controller_epoch", zc.encode_controller_epoch(1)))
+    rows.append(("/controller", zc.encode_controller(1, 0, version)))
+    everyone = list(range(1, brokers + 1))
+    topics = (partitions + PARTITIONS_PER_TOPIC - 1) // PARTITIONS_PER_TOPIC
+    for t in range(topics):
+        count = min(PARTITIONS_PER_TOPIC, partitions - t * PARTITIONS_PER_TOPIC)
+        rows.append((f"/brokers/topics/t{t:05d}", zc.encode_topic_assignment(dict.fromkeys(range(count), everyone),
+                                                                              version)))
+    zxids = [ZXID_BASE - len(rows) + i for i in range(len(rows))]  # just before the first state write
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    return pa.table({
+        "zxid": pa.array(zxids, pa.int64()), "path": pa.array([r[0] for r in rows]),
+        "op": pa.array(["CREATE"] * len(rows)), "data": pa.array([r[1] for r in rows], pa.binary()),
+        "version": pa.array([0] * len(rows), pa.int32()), "czxid": pa.array(zxids, pa.int64()),
+        "mzxid": pa.array(zxids, pa.int64()), "txn_time": pa.array([t0] * len(rows), pa.timestamp("us", tz="UTC")),
+        "source": pa.repeat(SOURCE, len(rows)), "observed_at": pa.array([t0] * len(rows), pa.timestamp("us", tz="UTC")),
+        "event_id": pa.array([event_id(cluster, SOURCE, z, r[0], "CREATE") for z, r in zip(zxids, rows, strict=True)]),
+    })
+
+
 def default_workers(events: int) -> int:
     """Hash in a pool of one process per core for big runs; in-process for small ones."""
     return (os.cpu_count() or 1) if events >= POOL_MIN_EVENTS else 0
@@ -250,10 +284,12 @@ def write_offline(lake: object, events: int, partitions: int, brokers: int = 5, 
     thread = threading.Thread(target=commit, name="offline-writer", daemon=True)
     thread.start()
     try:
-        for seq, table in enumerate(generate(events, partitions, brokers, seed,
-                                             getattr(lake, "cluster", "local"), batch, workers)):
+        cluster = getattr(lake, "cluster", "local")
+        for seq, table in enumerate(generate(events, partitions, brokers, seed, cluster, batch, workers)):
             if failure:
                 break
+            if seq == 0:
+                table = pa.concat_tables([preamble_table(partitions, brokers, cluster), table])
             todo.put((seq, table))
     finally:
         todo.put(None)
