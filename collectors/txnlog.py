@@ -481,6 +481,9 @@ class TxnDecoder:
             # a failed multi carries no path: drop it only when its session is known to write elsewhere
             # (a fenced Kafka controller often writes from a fresh session that never touched the chroot)
             return []
+        if self.chroot and path != "/" and self.chroot + path not in self.nodes:
+            # the check that failed was on a znode this chroot does not have (yet): another cluster's write
+            return []
         detail = (
             f"err={err} {_err_name(err or 0)} failed_op={idx} ops={len(rec.subs)}; "
             "path inferred (ZooKeeper does not log the paths of a failed multi)"
