@@ -35,28 +35,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SIZES: dict[str, dict[str, int]] = {"failover-storm": {"brokers": 5, "partitions": 50}}
 # Versions where the history differs: fencing (2.1), KIP-380 bounce detection (2.2), AlterIsr (2.7).
 VERSIONED = {"zombie-controller", "broker-bounce", "isr-shrink-expand"}
-# 2.0 first and the 3.8 zombie (alphabetically) last: its fenced multi would otherwise also be attributed to the
-# chroots created after it (finding F2 in /work/tasks/e2e_findings.md; strict xfail below).
-RUNS: list[tuple[str, str]] = [(n, "2.0") for n in sorted(VERSIONED)] + [(n, "3.8") for n in list_scenarios()]
-assert RUNS[-1] == ("zombie-controller", "3.8")
-# Finding F1: the watch collector's phantom DELETE at a re-creation zxid survives decode. Whether it shows depends
-# on watch timing and on event-id order inside one zxid, so these cannot be strict xfails (they pass sometimes).
-F1 = ("F1 (e2e_findings.md): watch collector's phantom DELETE at a re-creation zxid survives decode dedup and "
-      "may sort after the txnlog CREATE of the same zxid; timing-dependent")
-KIND_XFAIL = {("topic-deletion", "3.8")}
-# Every run whose history deletes and re-creates a znode (/controller, /brokers/ids/N) or deletes a topic.
-STATE_XFAIL = {("zombie-controller", "2.0"), ("zombie-controller", "3.8"), ("broker-bounce", "2.0"),
-               ("broker-bounce", "3.8"), ("controller-failover", "3.8"), ("topic-deletion", "3.8"),
-               ("unclean-election", "3.8"), ("broker-crash", "3.8"), ("failover-storm", "3.8")}
+# The 2.0 runs come after the 3.8 zombie: their chroots must not inherit its fenced multi (finding F2).
+RUNS: list[tuple[str, str]] = [(n, "3.8") for n in list_scenarios()] + [(n, "2.0") for n in sorted(VERSIONED)]
+RUN_IDS = [f"{n}-{v}" for n, v in RUNS]
 # Time travel is also checked strictly on a second lake fed by the lossless collectors only (txnlog + logs, same
 # chroot and log files, no watch rows): the runs where the controller or a broker changes.
 TXN_ONLY = [("zombie-controller", "2.0"), ("zombie-controller", "3.8"), ("broker-bounce", "2.0"),
             ("unclean-election", "3.8"), ("controller-failover", "3.8")]
 
-
-def _params(xfails: set[tuple[str, str]]) -> list[Any]:
-    return [pytest.param(n, v, id=f"{n}-{v}", marks=[pytest.mark.xfail(strict=False, reason=F1)]
-                         if (n, v) in xfails else []) for n, v in RUNS]
 SEED = 11
 # A collection artefact, not part of the cluster's history: the watch collector's one-shot watches honestly
 # report the changes they were too slow to see (README "COLLECTION_GAP rows are honest"); the txnlog has them.
@@ -152,8 +138,6 @@ def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -
            for key, (res, lake, secs, t) in played.items()}
 
 
-@pytest.mark.xfail(strict=True, reason="F2 (e2e_findings.md): TxnLogCollector attributes a failed multi of an unknown "
-                   "session to the chroot even when the txn is older than the chroot itself")
 def test_txnlog_does_not_attribute_older_failed_multis_to_a_new_chroot(runs: dict[tuple[str, str], Run],
                                                                       zk_server: Any, tmp_path: Path) -> None:
     from collectors.txnlog import TxnLogCollector
@@ -179,7 +163,7 @@ def _evidence(run: Run) -> str:
                      if a["kind"] not in COLLECTION_KINDS)
 
 
-@pytest.mark.parametrize(("name", "version"), _params(KIND_XFAIL))
+@pytest.mark.parametrize(("name", "version"), RUNS, ids=RUN_IDS)
 def test_scenario_anomaly_kinds_are_exactly_the_declared_ones(runs: dict[tuple[str, str], Run], name: str,
                                                               version: str) -> None:
     run = runs[(name, version)]
@@ -204,7 +188,7 @@ def _state_via_cli(lake: Any, zxid: int, capsys: pytest.CaptureFixture[str]) -> 
     return state
 
 
-@pytest.mark.parametrize(("name", "version"), _params(STATE_XFAIL))
+@pytest.mark.parametrize(("name", "version"), RUNS, ids=RUN_IDS)
 def test_state_at_checkpoint_zxid_matches_the_known_cluster(runs: dict[tuple[str, str], Run], name: str,
                                                             version: str, capsys: pytest.CaptureFixture[str]) -> None:
     run = runs[(name, version)]
@@ -233,3 +217,66 @@ def _assert_checkpoints(run: Run, lake: Any, capsys: pytest.CaptureFixture[str])
             p = got[key]
             assert (p["leader"], p["leader_epoch"], p["isr"], p["replicas"]) == (
                 want["leader"], want["leader_epoch"], want["isr"], want["replicas"]), f"{where} {key}"
+
+
+# ---------------------------------------------------------------- monitor vs rebuild
+
+# Columns stamped at processing time, not derived from the history.
+_VOLATILE = {"detected_at"}
+_COMPARED = ("metadata_events", "partition_transitions", "replica_transitions", "anomalies", "partition_state",
+             "replica_state")
+
+
+def _table_rows(lake: Any, table: str) -> list[str]:
+    """A table as sorted canonical JSON lines (volatile columns dropped), for an order-free equality."""
+    if not lake.exists(table):
+        return []
+    rows = lake.read_arrow(table).to_pylist()
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in _VOLATILE}, default=str, sort_keys=True)
+                  for r in rows)
+
+
+def _window(col: Any, lo: Any, hi: Any) -> Any:
+    """lo <= col < hi (open ends when None); rows without a time go to the first window."""
+    import pyarrow.compute as pc
+
+    keep = pc.is_valid(col) if lo is None else pc.fill_null(pc.greater_equal(col, lo), False)
+    if hi is not None:
+        keep = pc.and_(keep, pc.fill_null(pc.less(col, hi), False))
+    return pc.or_(keep, pc.is_null(col)) if lo is None else keep
+
+
+def _bronze_chunks(src: Any, chunks: int) -> list[list[tuple[str, Any]]]:
+    """The source lake's bronze split into `chunks` slices by zxid / log time (znodes and decisions interleaved)."""
+
+    z = src.read_arrow("znode_events")
+    d = src.read_arrow("controller_decisions")
+    # Cut both sources at the same wall-clock instants (txn time / log time), as two collectors keeping up would.
+    times = sorted(t for t in z["txn_time"].to_pylist() if t is not None)
+    cuts = [times[len(times) * i // chunks] for i in range(1, chunks)]
+    out: list[list[tuple[str, Any]]] = []
+    lo = None
+    for hi in [*cuts, None]:
+        out.append([("znode_events", z.filter(_window(z["txn_time"], lo, hi))),
+                    ("controller_decisions", d.filter(_window(d["ts"], lo, hi)))])
+        lo = hi
+    assert sum(t.num_rows for c in out for name, t in c if name == "znode_events") == z.num_rows
+    assert sum(t.num_rows for c in out for name, t in c if name == "controller_decisions") == d.num_rows
+    return out
+
+
+def test_monitor_fed_in_chunks_ends_equal_to_the_rebuild(runs: dict[tuple[str, str], Run], spark: Any,
+                                                         tmp_path: Path) -> None:
+    from jobs._common import start_monitor
+    from lakehouse import Lake
+
+    src = runs[("zombie-controller", "2.0")].txn_lake  # lossless bronze: the run the history is known for
+    dst = Lake(tmp_path / "lake", cluster=src.cluster)
+    for seq, chunk in enumerate(_bronze_chunks(src, 2), start=1):
+        for table, rows in chunk:
+            if rows.num_rows:
+                dst.append(table, rows, writer_id=f"copy-{table}", batch_seq=seq)
+        start_monitor(spark, dst, str(tmp_path / "checkpoint"), available_now=True).awaitTermination()
+    assert dst.last_batch_seq("partition_state", "monitor") is not None
+    for table in _COMPARED:
+        assert _table_rows(dst, table) == _table_rows(src, table), table
