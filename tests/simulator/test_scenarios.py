@@ -97,7 +97,7 @@ def test_zombie_write_is_fenced_from_2_1(zk_hosts: str, tmp_path: Path, version:
     assert all(s["controller_epoch"] in (1, epoch) for s in states)
     assert [(s["leader"], s["leader_epoch"]) for s in states] == [(after[f"orders-{p}"]["leader"], after[f"orders-{p}"]["leader_epoch"]) for p in range(3)]
     assert any(w.op == "MULTI_FAILED" and w.path == "/controller_epoch" for w in result.znode_writes)
-    assert {e["kind"] for e in result.expected_anomalies} == {"FENCED_CONTROLLER_WRITE", "STALE_CONTROLLER_REQUEST"}
+    assert {e["kind"] for e in result.expected_anomalies} == {"FENCED_CONTROLLER_WRITE", "STALE_CONTROLLER_REQUEST", "SPLIT_BRAIN"}
     assert _stale_warning(result.log_files)
     controller_logs = "".join(f.read_text() for f in result.log_files if f.name == "controller.log")
     assert "Controller moved to another broker when processing ReplicaLeaderElection." in controller_logs
