@@ -88,8 +88,27 @@ def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) ->
 MONITOR_WRITER = "monitor"
 
 
+QUALITY_EACH_BATCH_TABLES = ("metadata_events", "partition_transitions", "replica_transitions", "anomalies")
+
+
+def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) -> None:
+    """The quality suites over one micro-batch's new rows (GX on a batch, persist=False); results are stored.
+
+    A failing suite is logged and recorded in quality_results; it does not stop the stream.
+    """
+    from zkledger.quality import result_rows, run_quality_on_batch
+
+    frames = {t: spark.createDataFrame(out[t]) for t in QUALITY_EACH_BATCH_TABLES if out[t].num_rows}
+    if not frames:
+        return
+    report = run_quality_on_batch(spark, frames)
+    lake.append("quality_results", result_rows(report), writer_id="monitor-quality", batch_seq=batch_id)
+    for suite in report.suites:
+        (log.info if suite.success else log.warning)("batch %d: %s", batch_id, suite.line())
+
+
 def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
-                  publish: Callable[[list[dict[str, Any]]], Any] | None = None) -> int:
+                  publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False) -> int:
     """One foreachBatch call: split the unioned bronze rows, run the increment, write it exactly once.
 
     A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
@@ -105,6 +124,8 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
         carried.known_event_ids = None  # this batch's own events are already in the table
     out = run_increment(spark, znodes, decisions, carried, cluster=lake.cluster)
     rows = write_increment(out, lake, MONITOR_WRITER, batch_id).to_pylist()
+    if quality:
+        check_batch(spark, lake, out, batch_id)
     if publish is not None and not replay:
         publish(sorted(rows, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["anomaly_id"])))
     return len(rows)
@@ -112,7 +133,8 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
 
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
                   available_now: bool = False, max_versions_per_trigger: int | None = None,
-                  publish: Callable[[list[dict[str, Any]]], Any] | None = None) -> StreamingQuery:
+                  publish: Callable[[list[dict[str, Any]]], Any] | None = None,
+                  quality: bool = False) -> StreamingQuery:
     """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment."""
     for table in ("znode_events", "controller_decisions"):
         lake.ensure(table)
@@ -120,7 +142,7 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
     d = stream_table(spark, lake, "controller_decisions", max_versions_per_trigger).withColumn("_src", F.lit("d"))
     both = z.unionByName(d, allowMissingColumns=True)
     writer = both.writeStream.foreachBatch(
-        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish)
+        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality)
     ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
     if available_now:
         writer = writer.trigger(availableNow=True)

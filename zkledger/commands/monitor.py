@@ -15,19 +15,30 @@ def register(subparsers: Any) -> None:
                     "whose derived tables were not written by `rebuild` (or continue from its checkpoint).")
     parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None, help="micro-batch interval")
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    parser.add_argument("--webhook", metavar="URL", default=None,
+                        help="also POST each new anomaly as JSON to URL (retried, never blocks the stream; "
+                             "default: settings monitor.webhook)")
+    parser.add_argument("--quality", action="store_true",
+                        help="run the quality suites on each micro-batch (default: settings monitor.quality_each_batch)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
     from jobs._common import start_monitor
     from zkledger.alerts import AnomalyAlerter
+    from zkledger.errors import UserError
 
-    alerter = AnomalyAlerter(ctx.settings.monitor.webhook or None)
+    url = args.webhook or ctx.settings.monitor.webhook or None
+    try:
+        alerter = AnomalyAlerter(url)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
     checkpoint = os.path.join(ctx.settings.streaming.checkpoint_root or os.path.join(ctx.lake_root, "_checkpoints"),
                               "monitor")
     trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
     query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
-                          available_now=args.available_now, publish=alerter.publish)
+                          available_now=args.available_now, publish=alerter.publish,
+                          quality=args.quality or ctx.settings.monitor.quality_each_batch)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
