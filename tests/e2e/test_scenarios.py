@@ -4,7 +4,9 @@ Each (scenario, Kafka version) plays into its own chroot of the session ZooKeepe
 running, then the transaction log (same chroot) and the controller/state-change logs are collected into a lake
 of its own (the pipeline replays one cluster's timeline, so clusters are not mixed). All runs are played first,
 then rebuilt concurrently on the one shared Spark session: a rebuild is mostly driver-side latency, so a few at
-once keep the file fast on 2 cores. The tests then read the lakes back.
+once keep the file fast on 2 cores. The tests then read the lakes back: anomaly kinds against the scenario's
+declaration, `zkledger state --zxid` at every checkpoint, and the monitor (fed in chunks; SIGKILLed and restarted)
+against the rebuild.
 """
 
 from __future__ import annotations
