@@ -238,13 +238,17 @@ def _gx_expectation(e: mq.Expectation) -> Any:
 class _Validator:
     """One GX context reused for every suite of a run (building it is the slow part)."""
 
-    def __init__(self) -> None:
+    def __init__(self, docs_root: str | None = None) -> None:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         logging.getLogger("great_expectations").setLevel(logging.WARNING)
         self._gx = gx
-        self.context = gx.get_context(mode="ephemeral")
+        # with docs_root: a file context there, and every checkpoint updates GX data docs under it
+        self.docs = docs_root is not None
+        self.context = (gx.get_context(mode="file", project_root_dir=docs_root) if docs_root
+                        else gx.get_context(mode="ephemeral"))
+        self._run = uuid.uuid4().hex[:8]  # names persist in a file context: keep them unique per run
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
         self.source = self.context.data_sources.add_spark("zkledger", persist=False)
         self.pandas_source = self.context.data_sources.add_pandas("zkledger_pandas")
@@ -253,7 +257,7 @@ class _Validator:
     def validate(self, suite: mq.Suite, df: DataFrame, table_version: int | None = None) -> SuiteResult:
         gx = self._gx
         self._n += 1
-        name = f"{suite.table}_{self._n}"
+        name = f"{suite.table}_{self._run}_{self._n}"
         rows = df.count()  # cached: cheap
         small = rows <= PANDAS_MAX_ROWS
         results: list[ExpectationResult] = []
@@ -272,14 +276,15 @@ class _Validator:
         source = self.pandas_source if small else self.source
         asset = source.add_dataframe_asset(name)
         batch_def = asset.add_batch_definition_whole_dataframe(name)
-        gx_suite = self.context.suites.add(gx.ExpectationSuite(name=f"{suite.name}_{self._n}"))
+        gx_suite = self.context.suites.add(gx.ExpectationSuite(name=f"{suite.name}_{self._run}_{self._n}"))
         by_name: dict[str, mq.Expectation] = {}
         for e in gx_checks:
             gx_suite.add_expectation(_gx_expectation(e))
             by_name[e.name] = e
         vd = self.context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch_def, suite=gx_suite))
         checkpoint = self.context.checkpoints.add(
-            gx.Checkpoint(name=name, validation_definitions=[vd], result_format={"result_format": "BASIC"})
+            gx.Checkpoint(name=name, validation_definitions=[vd], result_format={"result_format": "BASIC"},
+                          actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if self.docs else [])
         )
         run = checkpoint.run(batch_parameters={"dataframe": batch})
         for vr in run.run_results.values():
@@ -320,8 +325,9 @@ def run_quality_on_batch(
     reference: Mapping[str, DataFrame] | None = None,
     kafka_version: str | None = None,
     table_versions: Mapping[str, int | None] | None = None,
+    docs_root: str | None = None,
 ) -> QualityReport:
-    """Validate the given DataFrames (one suite each); writes nothing.
+    """Validate the given DataFrames (one suite each); writes nothing but, with ``docs_root``, GX data docs.
 
     ``reference`` holds tables cross-table checks join against (default: ``df_by_table``); a derived
     check whose reference is missing is left out rather than failed. Unknown table names raise UserError.
@@ -332,7 +338,7 @@ def run_quality_on_batch(
     del spark  # the DataFrames carry their session; kept for the foreachBatch call shape
     reference = dict(df_by_table) if reference is None else {**df_by_table, **reference}
     run_at = datetime.now(UTC)
-    validator = _Validator()
+    validator = _Validator(docs_root)
     suites = []
     for table, df in df_by_table.items():
         derived_df, suite = add_derived(df, mq.SUITES[table], reference, kafka_version)
@@ -368,7 +374,8 @@ def run_quality(
     reference = dict(frames)
     if "metadata_events" not in reference and lake.exists("metadata_events"):
         reference["metadata_events"] = read_table(spark, lake, "metadata_events")
-    report = run_quality_on_batch(spark, frames, reference=reference, kafka_version=kafka_version,
+    docs_root = os.path.join(str(lake.root), QUALITY_DIR, "gx") if write_results else None
+    report = run_quality_on_batch(spark, frames, reference=reference, kafka_version=kafka_version, docs_root=docs_root,
                                   table_versions=versions)
     report = QualityReport(report.run_id, report.run_at, report.suites, skipped)
     if write_results:

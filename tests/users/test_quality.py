@@ -63,6 +63,10 @@ def test_clean_story_passes_and_results_are_stored(spark: Any, lake: Any) -> Non
     assert versions["anomalies"] == lake.version("anomalies")
     page = open(os.path.join(lake.root, "_quality", "index.html"), encoding="utf-8").read()
     assert "anomalies_suite: PASS" in page
+    # GX's own data docs, built by the checkpoints' UpdateDataDocsAction in a file context
+    site = os.path.join(lake.root, "_quality", "gx", "gx", "uncommitted", "data_docs", "local_site")
+    validations = [f for _, _, files in os.walk(os.path.join(site, "validations")) for f in files]
+    assert os.path.isfile(os.path.join(site, "index.html")) and validations
 
 
 def test_each_corrupted_table_fails_naming_the_broken_expectation(spark: Any, lake: Any) -> None:

@@ -35,5 +35,7 @@ def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
         print(suite.line(), flush=True)  # the per-suite lines are this command's output
     if report.skipped:
         print(f"skipped (absent): {', '.join(report.skipped)}", flush=True)
-    where = "" if args.no_store else f"; results in {os.path.join(ctx.lake.root, QUALITY_DIR, 'index.html')}"
+    docs = os.path.join(ctx.lake.root, QUALITY_DIR, "gx", "gx", "uncommitted", "data_docs", "local_site", "index.html")
+    where = "" if args.no_store else (f"; results in {os.path.join(ctx.lake.root, QUALITY_DIR, 'index.html')}, "
+                                      f"GX data docs in {docs}")
     return report.summary() + where, 0 if report.success else 1
