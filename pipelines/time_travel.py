@@ -19,7 +19,9 @@ def state_at(metadata: Iterable[dict[str, Any]], transitions: Iterable[dict[str,
     ctl: dict[str, Any] = {"controller_id": None, "controller_epoch": None}
     live: set[int] = set()
     parts: dict[tuple[str, int], dict[str, Any]] = {}
-    for e in sorted((m for m in metadata if _upto(m, zxid, at)), key=lambda m: (m["zxid"], m["event_id"])):
+    # one multi can delete a topic and its partition znodes at one zxid: apply the topic deletion last
+    for e in sorted((m for m in metadata if _upto(m, zxid, at)),
+                    key=lambda m: (m["zxid"], m["type"] == "TOPIC_DELETED", m["event_id"])):
         kind = e["type"]
         if kind == "CONTROLLER_ELECTED":
             ctl["controller_id"] = e["controller_id"]
@@ -36,7 +38,7 @@ def state_at(metadata: Iterable[dict[str, Any]], transitions: Iterable[dict[str,
         elif kind == "TOPIC_DELETED":
             for key in [k for k in parts if k[0] == e["topic"]]:
                 del parts[key]
-        elif e["partition"] is not None:
+        elif e["partition"] is not None and kind in ("PARTITION_ASSIGNED", "PARTITION_STATE_WRITTEN"):
             p = parts.setdefault((e["topic"], e["partition"]), {"topic": e["topic"], "partition": e["partition"],
                                                                  "leader": None, "leader_epoch": None, "isr": None,
                                                                  "replicas": None, "state": None})
