@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
@@ -22,9 +21,8 @@ from benchmarks.common import (
     build_session,
     machine,
     ratio,
+    run_main,
     scratch,
-    setup_logging,
-    write_result,
 )
 
 log = logging.getLogger(__name__)
@@ -111,10 +109,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    setup_logging(args.verbose)
-    write_result(NAME, run(args), Path(args.out))
-    return 0
+    return run_main(NAME, parser(), run, argv)
 
 
 if __name__ == "__main__":

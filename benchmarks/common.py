@@ -103,6 +103,14 @@ def scratch(args: argparse.Namespace) -> Iterator[Path]:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def run_main(name: str, parser: argparse.ArgumentParser, run: Any, argv: list[str] | None) -> int:
+    """Every benchmark's entry point: parse, log, run, write results/<name>.json."""
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    write_result(name, run(args), Path(args.out))
+    return 0
+
+
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")

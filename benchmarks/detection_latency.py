@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import base_parser, machine, scratch, setup_logging, write_result
+from benchmarks.common import base_parser, machine, run_main, scratch
 
 log = logging.getLogger(__name__)
 
@@ -198,10 +198,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    setup_logging(args.verbose)
-    write_result(NAME, run(args), Path(args.out))
-    return 0
+    return run_main(NAME, parser(), run, argv)
 
 
 if __name__ == "__main__":
