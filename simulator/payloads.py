@@ -10,6 +10,7 @@ from models.znode_codec import (
     encode_broker_registration,
     encode_controller,
     encode_controller_epoch,
+    encode_isr_change,
     encode_partition_state,
     encode_topic_assignment,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "encode_broker_registration",
     "encode_controller",
     "encode_controller_epoch",
+    "encode_isr_change",
     "encode_partition_state",
     "encode_topic_assignment",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from models.states import ReplicaState, parse_kafka_version
+from models.states import PartitionState, ReplicaState, parse_kafka_version
 from simulator import payloads
 from simulator.cluster import Cluster, Controller, PartitionView, ZnodeWrite
 
@@ -309,19 +309,41 @@ class _Runner:
         self._isr_change(p, [r for r in p.replicas if r in p.isr or r in self.ctl.live])
 
     def _isr_change(self, p: PartitionView, isr: list[int]) -> None:
-        """< 2.7: the leader writes the state znode itself; 2.7+: AlterIsr, the controller writes it."""
-        if self.cluster.version >= (2, 7):
-            ctl = self.ctl
-            proposal = {"leader": p.leader, "leader_epoch": p.leader_epoch, "isr": isr}
-            ctl.write_states([p], [proposal], "AlterIsrReceived")
+        self._isr_changes([p], [isr])
+
+    def _isr_changes(self, parts: list[PartitionView], isrs: list[list[int]]) -> None:
+        """ISR-only writes (leader and leader epoch unchanged), by the writer the version has (reference §1).
+
+        < 2.7: each partition's leader writes its state znode itself (conditional on its cached zkVersion,
+        keeping the controller_epoch that made it leader), then one isr_change_notification per leader naming
+        all its changed partitions, which the controller consumes and deletes. 2.7+: AlterIsr, the controller
+        writes them with its current epoch.
+        """
+        if not parts:
             return
-        leader = self.cluster.brokers[p.leader]
+        if self.cluster.version >= (2, 7):
+            proposals = [{"leader": p.leader, "leader_epoch": p.leader_epoch, "isr": isr} for p, isr in zip(parts, isrs, strict=True)]
+            self.ctl.write_states(parts, proposals, "AlterIsrReceived")
+            return
+        by_leader: dict[int, list[tuple[PartitionView, list[int]]]] = {}
+        for p, isr in zip(parts, isrs, strict=True):
+            by_leader.setdefault(p.leader, []).append((p, isr))
+        for leader_id in sorted(by_leader):
+            self._leader_isr_writes(leader_id, by_leader[leader_id])
+
+    def _leader_isr_writes(self, leader_id: int, changes: list[tuple[PartitionView, list[int]]]) -> None:
+        """One leader's direct ISR writes (pipelined on its session, so ZooKeeper applies them in this order)."""
+        leader = self.cluster.brokers[leader_id]
         assert leader.client is not None
-        data = payloads.encode_partition_state(p.leader, p.leader_epoch, p.controller_epoch, isr, self.cluster.kafka_version)
-        leader.client.set(p.state_path, data, version=p.zk_version)
-        self.cluster.record(p.state_path, "SET", data)
-        p.isr, p.zk_version = list(isr), p.zk_version + 1
-        note = json.dumps({"version": 1, "partitions": [{"topic": p.topic, "partition": p.partition}]}, separators=(",", ":")).encode()
+        datas = [payloads.encode_partition_state(p.leader, p.leader_epoch, p.controller_epoch, isr, self.cluster.kafka_version)
+                 for p, isr in changes]
+        pending = [leader.client.set_async(p.state_path, data, version=p.zk_version)
+                   for (p, _), data in zip(changes, datas, strict=True)]
+        for (p, isr), data, handle in zip(changes, datas, pending, strict=True):
+            handle.get()  # a real leader's conditional write fails only if its cache is stale: not in a scenario
+            self.cluster.record(p.state_path, "SET", data)
+            p.isr, p.zk_version = list(isr), p.zk_version + 1
+        note = payloads.encode_isr_change((p.topic, p.partition) for p, _ in changes)
         created = leader.client.create("/isr_change_notification/isr_change_", note, sequence=True)
         self.cluster.record(created, "CREATE", note)
         self.ctl.commit([[("delete", created, -1)]], "IsrChangeNotification")
@@ -405,14 +427,28 @@ class _Runner:
         self.cluster.controller = successor
 
     def _storm(self, step: dict[str, Any]) -> None:
-        """Repeated controller crashes, each followed by a broker restart: mass leader elections."""
+        """Repeated controller crashes, each followed by a restart of that broker: mass leader elections.
+
+        The restarted broker catches up and its leaders add it back to their ISRs (the ISR expand of the
+        version), as in a real clean storm. Without that, rounds that kill every replica of a partition in turn
+        (RF 3, 3 rounds) would leave an ISR of one dead broker, an offline partition and a failed election.
+        """
         for _ in range(int(step.get("rounds", 3))):
             old = self.ctl.id
             self.cluster.brokers[old].stop_session()
             self.cluster.elect_any()
             self.cluster.brokers[old].start()
             self.ctl.on_broker_change([old], [], [])
+            self._rejoin_isr(old)
 
+    def _rejoin_isr(self, broker_id: int) -> None:
+        """ISR expand for every online partition hosting `broker_id` whose ISR lacks it (it has caught up)."""
+        ctl = self.ctl
+        parts = [p for p in sorted(ctl.partitions.values(), key=lambda v: (v.topic, v.partition))
+                 if broker_id in p.replicas and broker_id not in p.isr and p.state == PartitionState.ONLINE
+                 and p.leader in ctl.live]
+        # Partition.maybeExpandIsr: the ISR is a Set, the new member joins last (insertion order for small sets)
+        self._isr_changes(parts, [[*p.isr, broker_id] for p in parts])
 
 def _last_zxid(client: KazooClient) -> int:
     """The server's last committed zxid (four-letter word `srvr`; the embedded server whitelists it)."""
