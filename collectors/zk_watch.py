@@ -4,9 +4,9 @@ kazoo 2.11 has no persistent watches, so every znode carries a data watch and a 
 re-armed by the read that handles it. Watch callbacks and connection-state listeners only put
 work on one queue (they never block); one worker thread does all reads and writes.
 
-Row zxids: CREATE = czxid, SET = mzxid, DELETE = the parent's pzxid when the parent still exists
-(the zxid of the last child create/delete under it, i.e. the delete itself unless a sibling
-changed since), else the last mzxid we knew. GAP = the largest zxid seen so far, path "/".
+Row zxids: CREATE = czxid, SET = mzxid, DELETE = a zxid at or after the real delete and before any
+later change of that path (see ``_delete_zxid``). GAP = the largest zxid seen so far on path "/" for
+a connection gap, or, for child changes known to be missed, a zxid after them on the parent's path.
 Rows found by diffing the tree after a gap or restart have source ``resync``; a SET whose version
 jumped by more than one carries ``missed_versions``.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
 from collectors.bronze import BronzeWriter, LakeLike, change_row
 from models.events import Source, ZnodeChange, ZnodeOp
@@ -160,7 +160,9 @@ class ZkWatchCollector:
 
     def _on_children(self, event: WatchedEvent) -> None:
         if event.path is not None:
-            self.work.put(("children", event.path or "/"))
+            # the type matters: CHILD = some child came or went since the listing that armed the watch,
+            # DELETED = the znode itself went with no child change in between
+            self.work.put(("children", (event.path or "/", event.type)))
 
     # ------------------------------------------------------------------ worker
 
@@ -171,7 +173,8 @@ class ZkWatchCollector:
             elif kind == "node":
                 self._visit(arg, Source.WATCH)
             elif kind == "children":
-                self._children(arg, Source.WATCH)
+                path, fired = arg
+                self._children(path, Source.WATCH, changed=fired == EventType.CHILD)
         except KazooException as e:  # connection trouble mid-read: the state listener reports the gap
             log.warning("read failed (%s: %s); will resync after reconnect", type(e).__name__, e)
             self._need_resync = True
@@ -186,12 +189,13 @@ class ZkWatchCollector:
             self._in_gap = False
             self._need_resync = True
 
-    def _gap(self, reason: str, path: str = "/", zxid: int | None = None) -> None:
+    def _gap(self, reason: str, path: str = "/", zxid: int | None = None, *, flush: bool = True) -> None:
         at = self.max_zxid if zxid is None else zxid
         self.gaps += 1
         self._emit(ZnodeChange(zxid=at, path=path, op=ZnodeOp.GAP, detail=reason), Source.WATCH)
         log.warning("collection gap at zxid %d (%s): %s", at, path, reason)
-        self._flush()
+        if flush:
+            self._flush()
 
     def _visit(self, path: str, source: Source) -> bool:
         """Read one znode (re-arming its data watch) and emit what changed; False if it is gone."""
@@ -208,7 +212,7 @@ class ZkWatchCollector:
         if old is not None and old.mzxid == stat.mzxid and old.czxid == stat.czxid:
             return  # duplicate notification
         if old is not None and old.czxid != stat.czxid:
-            self._deleted(path, source)  # deleted and re-created between two reads
+            self._deleted(path, source, at=stat.czxid - 1)  # deleted and re-created between two reads
             old = None
         self.view[path] = Known(stat.version, stat.mzxid, stat.czxid)
         if old is None:
@@ -220,13 +224,28 @@ class ZkWatchCollector:
             missed = stat.version - old.version - 1
             self._emit_stat(path, ZnodeOp.SET, stat.mzxid, data, stat, source, missed if missed > 0 else None)
 
-    def _children(self, path: str, source: Source) -> list[str]:
-        """Read (and re-watch) the children; visit new ones, delete gone ones; returns their paths."""
+    def _children(self, path: str, source: Source, *, changed: bool = False) -> list[str]:
+        """Read (and re-watch) the children; visit new ones, delete gone ones; returns their paths.
+
+        ``changed``: a child watch fired with NodeChildrenChanged, so children came or went since the
+        listing that armed it. If ``path`` is gone (or is a new incarnation) before this relist, those
+        changes can no longer be seen and are reported as a GAP on ``path``.
+        """
         try:
             kids, stat = self.client.get_children(path, watch=self._on_children, include_data=True)
         except NoNodeError:
-            self._deleted(path, source)
+            at = self._deleted(path, source)
+            if changed:
+                self._missed_children(path, at if at is not None else self._delete_zxid(path))
             return []
+        known_node = self.view.get(path)
+        if known_node is not None and known_node.czxid != stat.czxid:
+            # deleted and re-created since we knew it: the old one's child changes are lost with it
+            self._deleted(path, source, at=stat.czxid - 1)
+            if changed:
+                self._missed_children(path, stat.czxid - 1)
+            self._visit(path, source)  # records the new incarnation and lists its children
+            return [path.rstrip("/") + "/" + k for k in kids]
         prefix = path.rstrip("/") + "/"
         current = {prefix + k for k in kids}
         known = {p for p in self.view if p != path and p.startswith(prefix) and "/" not in p[len(prefix) :]}
@@ -234,9 +253,16 @@ class ZkWatchCollector:
         for child in added:
             self._visit(child, source)
         for child in gone:
-            self._deleted(child, source)
+            # the parent's pzxid in this very listing is at or after the child's delete, and the child
+            # is not back in it, so it comes before any re-creation
+            self._deleted(child, source, at=stat.pzxid)
         self._check_cversion(path, stat, len(added) + len(gone))
         return sorted(current)
+
+    def _missed_children(self, path: str, at: int) -> None:
+        self.cversions.pop(path, None)
+        self._gap(f"children of {path} changed and it was deleted before they could be listed again: "
+                  "child creates/deletes under it may be missed", path=path, zxid=at, flush=False)
 
     def _check_cversion(self, path: str, stat: ZnodeStat, observed: int) -> None:
         # cversion counts child creates+deletes: a bigger jump than we saw means a child came and went unseen
@@ -247,22 +273,43 @@ class ZkWatchCollector:
             self._gap(f"{missed} child create/delete(s) under {path} missed (cversion {old}->{stat.cversion})",
                       path=path, zxid=stat.pzxid)
 
-    def _deleted(self, path: str, source: Source) -> None:
+    def _deleted(self, path: str, source: Source, *, at: int | None = None) -> int | None:
+        """Record the delete of a known znode and its known subtree; returns the DELETE's zxid."""
         old = self.view.pop(path, None)
         if old is None:
-            return
-        self.cversions.pop(path, None)
-        for sub in [p for p in self.view if p.startswith(path.rstrip("/") + "/")]:
-            self._deleted(sub, source)
-        zxid = self._parent_pzxid(path) or old.mzxid
-        self._emit(ZnodeChange(zxid=zxid, path=path, op=ZnodeOp.DELETE, czxid=old.czxid, mzxid=old.mzxid), source)
-
-    def _parent_pzxid(self, path: str) -> int | None:
-        parent = path.rsplit("/", 1)[0] or "/"
-        if parent == path:
             return None
-        stat = self.client.exists(parent)
-        return int(stat.pzxid) if stat is not None else None
+        self.cversions.pop(path, None)
+        zxid = at if at is not None else self._delete_zxid(path)
+        # a znode's children are deleted before it and re-created after it: its stamp bounds them too
+        for sub in [p for p in self.view if p.startswith(path.rstrip("/") + "/")]:
+            self._deleted(sub, source, at=zxid)
+        self._emit(ZnodeChange(zxid=zxid, path=path, op=ZnodeOp.DELETE, czxid=old.czxid, mzxid=old.mzxid), source)
+        return zxid
+
+    def _delete_zxid(self, path: str) -> int:
+        """A zxid at or after the (already happened) delete of ``path`` and before any later re-creation.
+
+        Why it holds: take the lowest ancestor that still exists. If it is the incarnation we knew, its
+        pzxid was bumped by the delete of its child on our path, which ZooKeeper only allows once the
+        whole subtree (``path`` included) was gone, and a re-creation of ``path`` needs that child
+        re-created first. If it was re-created since (czxid changed), the old subtree was gone before
+        its czxid, so czxid - 1 is after the delete and before anything new below it.
+        """
+        ancestor = path
+        while ancestor != "/":
+            ancestor = ancestor.rsplit("/", 1)[0] or "/"
+            stat = self.client.exists(ancestor)
+            if stat is None:
+                continue
+            known = self.view.get(ancestor)
+            bound = int(stat.czxid) - 1 if known is not None and known.czxid != stat.czxid else int(stat.pzxid)
+            if ancestor == (path.rsplit("/", 1)[0] or "/"):
+                again = self.client.exists(path)  # re-created after the delete, under the same parent
+                if again is not None:
+                    bound = min(bound, int(again.czxid) - 1)
+            return bound
+        # nothing above it survives (the watched root itself is gone): the server's zxid when it told us so
+        return max(int(self.client.last_zxid), self.max_zxid)
 
     def _resync(self, source: Source) -> None:
         """Diff the whole subtree against the last known view, re-arming every watch."""
@@ -270,7 +317,8 @@ class ZkWatchCollector:
         try:
             seen: set[str] = set()
             self._walk("/", seen, source)
-            for gone in sorted(set(self.view) - seen, key=len, reverse=True):
+            # shallowest first: a deleted znode's stamp then bounds its subtree (see _deleted)
+            for gone in sorted(set(self.view) - seen, key=len):
                 self._deleted(gone, source)
         except KazooException as e:
             log.warning("resync interrupted (%s); will retry", type(e).__name__)

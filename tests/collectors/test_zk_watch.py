@@ -196,3 +196,70 @@ def test_simulated_cluster_both_collectors_match_the_simulator(
             final.pop(r["path"], None)
     final.setdefault("/", 0)
     assert _latest_view(lake) == final
+
+
+def _txn_changes(lake: Any, zk_server: Any, zk_hosts: str) -> list[dict[str, Any]]:
+    TxnLogCollector(lake, zk_server.data_dir, chroot=chroot_of(zk_hosts)).run()
+    return sorted((r for r in rows(lake, source="txnlog") if r["op"] in ("CREATE", "SET", "DELETE")),
+                  key=lambda r: r["zxid"])
+
+
+def _replay(watch: list[dict[str, Any]]) -> dict[str, int]:
+    """path -> version from the watch rows in zxid order, a delete before a create at one zxid."""
+    view: dict[str, int] = {}
+    for r in sorted(watch, key=lambda r: (r["zxid"], r["op"] != "DELETE")):
+        if r["op"] in ("CREATE", "SET"):
+            view[r["path"]] = r["version"]
+        elif r["op"] == "DELETE":
+            view.pop(r["path"], None)
+    return view
+
+
+def test_delete_under_a_deleted_parent_is_stamped_after_the_real_delete(
+    zk_server: Any, zk_hosts: str, zk: KazooClient, lake: Any
+) -> None:
+    zk.create("/topics/t/partitions/0/state", b"s0", makepath=True)
+    zk.create("/topics/t/partitions/1/state", b"s0", makepath=True)
+    collector = ZkWatchCollector(lake, zk_hosts, flush_seconds=0.2)
+    collector.drain()
+    zk.set("/topics/t/partitions/0/state", b"s1")
+    collector.drain()
+    # a topic deletion removes its subtree bottom-up while the collector reads nothing (its reads happen in
+    # drain): every watched znode's parent is gone when the collector learns of the delete; then part of the
+    # subtree comes back and a sibling appears (later changes the delete stamps must not overtake)
+    zk.delete("/topics/t", recursive=True)
+    zk.create("/topics/t/partitions/0", b"again", makepath=True)
+    zk.create("/topics/u", b"u")
+    collector.drain()
+    collector.stop()
+    txn = _txn_changes(lake, zk_server, zk_hosts)
+    watch = [r for r in rows(lake) if r["source"] in ("watch", "resync")]
+    deletes = [r for r in watch if r["op"] == "DELETE"]
+    assert {r["path"] for r in deletes} == {r["path"] for r in txn if r["op"] == "DELETE"}
+    for r in deletes:
+        real = max(t["zxid"] for t in txn if t["op"] == "DELETE" and t["path"] == r["path"])
+        later = [t["zxid"] for t in txn if t["path"] == r["path"] and t["zxid"] > real]
+        assert r["zxid"] >= real, (r["path"], r["zxid"], real)  # not before the delete happened
+        assert not later or r["zxid"] < min(later), (r["path"], r["zxid"], later)  # nor after its next change
+    assert _replay(watch) == _tree(zk)
+
+
+def test_children_created_and_deleted_with_their_parent_unseen_are_reported(
+    zk_server: Any, zk_hosts: str, zk: KazooClient, lake: Any
+) -> None:
+    zk.create("/topics/t/partitions", b"", makepath=True)
+    collector = ZkWatchCollector(lake, zk_hosts, flush_seconds=0.2)
+    collector.drain()  # lists /topics/t/partitions (empty) and arms its child watch
+    zk.create("/topics/t/partitions/0", b"p0")  # fires that watch: the relist is queued, not done
+    zk.create("/topics/t/partitions/1", b"p1")  # nothing left armed to tell about this one
+    zk.delete("/topics/t", recursive=True)  # ... and all of it goes before the relist
+    collector.drain()
+    collector.stop()
+    txn = _txn_changes(lake, zk_server, zk_hosts)
+    watch = [r for r in rows(lake) if r["source"] in ("watch", "resync")]
+    seen = {(r["zxid"], r["path"]) for r in watch if r["op"] == "CREATE"}
+    unseen = {r["path"] for r in txn if r["op"] == "CREATE" and (r["zxid"], r["path"]) not in seen}
+    assert unseen >= {"/topics/t/partitions/0", "/topics/t/partitions/1"}
+    gap_paths = {r["path"] for r in rows(lake, op="GAP")}
+    assert all(p.rsplit("/", 1)[0] in gap_paths for p in unseen), (unseen, gap_paths)
+    assert _replay(watch) == _tree(zk)
