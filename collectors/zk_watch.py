@@ -72,6 +72,8 @@ class ZkWatchCollector:
         self.flush_seconds = flush_seconds
         self.view: dict[str, Known] = {}
         self.cversions: dict[str, int] = {}
+        # child creates/deletes under a parent seen some other way (a child's own watch) since its last listing
+        self.child_changes: dict[str, int] = {}
         self.work: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self.gaps = 0
         self.max_zxid = 0
@@ -97,10 +99,24 @@ class ZkWatchCollector:
         self._flush()
         self._started = True
 
-    def stop(self) -> None:
+    def stop(self, drain_seconds: float = 5.0) -> None:
+        """Handle the notifications already received (each names a change that happened), flush, disconnect."""
+        self._finish_queued(drain_seconds)
         self._flush()
         self.client.stop()
         self.client.close()
+
+    def _finish_queued(self, limit: float) -> None:
+        deadline = time.monotonic() + limit
+        while self.client.connected and time.monotonic() < deadline:
+            try:
+                kind, arg = self.work.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(kind, arg)
+        left = self.work.qsize()
+        if left:  # never drop them silently: the next start resyncs and reports its own gap too
+            self._gap(f"stopped with {left} notification(s) unhandled", flush=False)
 
     def run(self, stop_event: threading.Event) -> dict[str, int]:
         """Collect until ``stop_event`` is set (the CLI sets it on SIGTERM/SIGINT), flush, disconnect."""
@@ -212,7 +228,7 @@ class ZkWatchCollector:
         if old is not None and old.mzxid == stat.mzxid and old.czxid == stat.czxid:
             return  # duplicate notification
         if old is not None and old.czxid != stat.czxid:
-            self._deleted(path, source, at=stat.czxid - 1)  # deleted and re-created between two reads
+            self._deleted(path, source, at=stat.czxid - 1, counted=True)  # deleted and re-created between two reads
             old = None
         self.view[path] = Known(stat.version, stat.mzxid, stat.czxid)
         if old is None:
@@ -241,7 +257,7 @@ class ZkWatchCollector:
         known_node = self.view.get(path)
         if known_node is not None and known_node.czxid != stat.czxid:
             # deleted and re-created since we knew it: the old one's child changes are lost with it
-            self._deleted(path, source, at=stat.czxid - 1)
+            self._deleted(path, source, at=stat.czxid - 1, counted=True)
             if changed:
                 self._missed_children(path, stat.czxid - 1)
             self._visit(path, source)  # records the new incarnation and lists its children
@@ -250,13 +266,13 @@ class ZkWatchCollector:
         current = {prefix + k for k in kids}
         known = {p for p in self.view if p != path and p.startswith(prefix) and "/" not in p[len(prefix) :]}
         added, gone = sorted(current - set(self.view)), sorted(known - current)
-        for child in added:
-            self._visit(child, source)
+        # a listed child already gone when read came and went unseen: not counted, so the cversion check reports it
+        seen = sum(1 for child in added if self._visit(child, source))
         for child in gone:
             # the parent's pzxid in this very listing is at or after the child's delete, and the child
             # is not back in it, so it comes before any re-creation
-            self._deleted(child, source, at=stat.pzxid)
-        self._check_cversion(path, stat, len(added) + len(gone))
+            self._deleted(child, source, at=stat.pzxid, counted=True)
+        self._check_cversion(path, stat, seen + len(gone) + self.child_changes.pop(path, 0))
         return sorted(current)
 
     def _missed_children(self, path: str, at: int) -> None:
@@ -273,16 +289,24 @@ class ZkWatchCollector:
             self._gap(f"{missed} child create/delete(s) under {path} missed (cversion {old}->{stat.cversion})",
                       path=path, zxid=stat.pzxid)
 
-    def _deleted(self, path: str, source: Source, *, at: int | None = None) -> int | None:
-        """Record the delete of a known znode and its known subtree; returns the DELETE's zxid."""
+    def _deleted(self, path: str, source: Source, *, at: int | None = None, counted: bool = False) -> int | None:
+        """Record the delete of a known znode and its known subtree; returns the DELETE's zxid.
+
+        ``counted``: the caller accounts for it in the parent's cversion check itself.
+        """
         old = self.view.pop(path, None)
         if old is None:
             return None
         self.cversions.pop(path, None)
+        self.child_changes.pop(path, None)
+        if not counted and path != "/":
+            # still known, so the parent's last listing had it: this delete came after that listing
+            parent = path.rsplit("/", 1)[0] or "/"
+            self.child_changes[parent] = self.child_changes.get(parent, 0) + 1
         zxid = at if at is not None else self._delete_zxid(path)
         # a znode's children are deleted before it and re-created after it: its stamp bounds them too
         for sub in [p for p in self.view if p.startswith(path.rstrip("/") + "/")]:
-            self._deleted(sub, source, at=zxid)
+            self._deleted(sub, source, at=zxid, counted=True)
         self._emit(ZnodeChange(zxid=zxid, path=path, op=ZnodeOp.DELETE, czxid=old.czxid, mzxid=old.mzxid), source)
         return zxid
 
