@@ -1,4 +1,9 @@
-"""Offline generator: N rows, strictly increasing zxids, payloads equal to the codec's bytes, real Delta table."""
+"""Offline generator: N state rows plus a preamble, strictly increasing zxids, codec payloads, a clean history.
+
+The history is checked without Spark: every row read back from the real Delta table is decoded with
+models.znode_codec and folded with models.fold.project_metadata (no illegal step), and the znode invariants
+I1-I6/I8 of kafka-zk-metadata.md §3 hold on every write (tests/simulator/sim_invariants.py).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+from sim_invariants import decode_rows, fold, invariant_breaks
+
 from lakehouse import Lake
+from models.states import PartitionState, ReplicaState
 from simulator import payloads
-from simulator.offline import fast_state_payloads, preamble_table, write_offline
+from simulator.offline import KAFKA_VERSION, fast_state_payloads, preamble_table, replicas_of, write_offline
 
 
 def test_fast_payloads_match_encoder() -> None:
@@ -25,7 +33,7 @@ def test_offline_writes_n_rows_with_increasing_zxids(tmp_path: Path) -> None:
     lake = Lake(tmp_path / "lake", cluster="test")
     n = write_offline(lake, events=25_000, partitions=2_000, brokers=5, seed=4, batch=10_000)
     pre = preamble_table(2_000, 5, "test")
-    assert pre.num_rows == 5 + 2 + 2  # brokers, controller + epoch, one assignment per 1,000 partitions
+    assert pre.num_rows == 5 + 3 + 2  # brokers, the 2.1+ election (epoch create, controller, epoch set), topics
     assert n == 25_000 + pre.num_rows
     table = lake.read_arrow("znode_events").sort_by("zxid")
     zx = table.column("zxid").to_numpy()
@@ -34,7 +42,7 @@ def test_offline_writes_n_rows_with_increasing_zxids(tmp_path: Path) -> None:
     states = table.slice(pre.num_rows)
     assert states.column("op").to_pylist()[:2000] == ["CREATE"] * 2000
     first = json.loads(states.column("data")[0].as_py())
-    assert first["leader"] in first["isr"]
+    assert first["leader"] in first["isr"] and first["leader_epoch"] == 0
     # idempotent: the same writer/seed writes nothing twice
     write_offline(lake, events=25_000, partitions=2_000, brokers=5, seed=4, batch=10_000)
     assert lake.read_arrow("znode_events").num_rows == n
@@ -44,5 +52,39 @@ def test_cli_offline_and_list(tmp_path: Path) -> None:
     from zkledger.cli import main
 
     assert main(["--lake", str(tmp_path / "lake"), "--cluster", "c", "simulate", "--offline", "--events", "3000", "--partitions", "300"]) in (0, None)
-    assert Lake(tmp_path / "lake", cluster="c").read_arrow("znode_events").num_rows == 3000 + 5 + 2 + 1
+    assert Lake(tmp_path / "lake", cluster="c").read_arrow("znode_events").num_rows == 3000 + 5 + 3 + 1
     assert main(["simulate", "--offline", "--events", "0", "--partitions", "1"]) == 1
+
+
+def test_offline_history_is_clean_when_folded(tmp_path: Path) -> None:
+    """Assignments before state writes, failovers before the epochs they announce: no violation, no break."""
+    lake = Lake(tmp_path / "lake", cluster="test")
+    events, partitions = 30_000, 2_500
+    n = write_offline(lake, events=events, partitions=partitions, brokers=5, seed=6, batch=7_000, failover_every=10_000)
+    table = lake.read_arrow("znode_events").sort_by("zxid")
+    assert n == table.num_rows == events + (5 + 3 + 3) + 2 * 3  # preamble (3 topics) + 2 failovers
+    paths = table.column("path").to_pylist()
+    assert sum(p.endswith("/state") for p in paths) == events
+    # each topic's assignment CREATE comes before its partitions' first state write
+    first_state = {p.split("/partitions/")[0]: i for i, p in reversed(list(enumerate(paths))) if p.endswith("/state")}
+    assert all(paths.index(topic) < i for topic, i in first_state.items())
+    assignment = json.loads(table.column("data")[paths.index("/brokers/topics/t00001")].as_py())
+    assert assignment["version"] == 3 and len(assignment["topic_id"]) == 22
+    assert assignment["partitions"]["7"] == replicas_of(1007, 5)
+
+    cols = [table.column(c).to_pylist() for c in ("zxid", "path", "op", "data", "version")]
+    decoded = decode_rows(zip(*cols, strict=True), KAFKA_VERSION)
+    proj = fold(decoded, KAFKA_VERSION)
+    assert proj.violations == []
+    assert invariant_breaks(decoded) == []
+    firsts: dict[tuple[str, int], tuple[str, str]] = {}
+    for t in proj.partition_transitions:
+        firsts.setdefault((t.topic, t.partition), (t.from_state, t.to_state))
+    assert len(firsts) == partitions
+    assert set(firsts.values()) == {("NonExistentPartition", "NewPartition")}
+    assert {(t.from_state, t.to_state) for t in proj.partition_transitions} == {
+        ("NonExistentPartition", "NewPartition"), ("NewPartition", "OnlinePartition"), ("OnlinePartition", "OnlinePartition")}
+    assert set(proj.partitions.values()) == {PartitionState.ONLINE}
+    assert set(proj.replicas.values()) == {ReplicaState.ONLINE} and len(proj.replicas) == 3 * partitions
+    epochs = [int(d) for p, d in zip(paths, cols[3], strict=True) if p == "/controller_epoch"]
+    assert epochs == [0, 1, 2, 3]
