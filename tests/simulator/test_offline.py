@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from sim_invariants import decode_rows, fold, invariant_breaks
 
 from lakehouse import Lake
