@@ -104,8 +104,11 @@ def test_kill_9_and_crashes_at_commit_then_restart_lose_and_duplicate_nothing(
     rnd = random.Random(20261122)
     kills = 0
     try:
-        for delay in (rnd.uniform(1.5, 3.5) for _ in range(3)):
+        for delay in (rnd.uniform(0.0, 1.0) for _ in range(3)):
+            before = last()
             proc = _start(lake, zk_server, chroot, small, log)
+            # once this run has committed something, a seeded random moment later: mid-batch, mid-commit or idle
+            wait_for(lambda: last() != before or proc.poll() is not None, limit=120)  # noqa: B023
             time.sleep(delay)
             os.kill(proc.pid, signal.SIGKILL)
             assert proc.wait(30) == -signal.SIGKILL
@@ -114,7 +117,7 @@ def test_kill_9_and_crashes_at_commit_then_restart_lose_and_duplicate_nothing(
         writes.stop.set()
         writes.join(30)
     assert writes.error is None, writes.error
-    assert kills == 3 and writes.rounds > 0 and last() is not None, (writes.rounds, last())
+    assert kills == 3 and writes.rounds > 0, writes.rounds
 
     # catch up on the backlog (then a kill -9 while idle), so the crash runs below have only their txns to do
     zk.create("/hook", b"")
