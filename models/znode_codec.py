@@ -223,6 +223,8 @@ PAYLOAD_VERSIONS: Final[dict[PathKind, frozenset[int]]] = {
 
 LEADER_NONE: Final = -1  # no leader: the partition is offline (I5)
 LEADER_DURING_DELETE: Final = -2  # only inside UpdateMetadata requests, never in ZK (CCM@3.8.0 l477)
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
 LEADER_RECOVERING: Final = 1  # leader_recovery_state RECOVERING (KIP-704, 3.2+)
 
 
@@ -440,28 +442,64 @@ def _decode_topic(ctx: _Ctx) -> list[MetadataEvent]:
     return events
 
 
+@dataclass(frozen=True)
+class PartitionStatePayload:
+    """The validated fields of one partition state payload (what every state write of these bytes means)."""
+
+    leader: int
+    leader_epoch: int
+    controller_epoch: int
+    isr: tuple[int, ...]
+    leader_recovery_state: int | None
+
+
+def partition_state_payload(data: bytes | None) -> PartitionStatePayload:
+    """Validate a ``.../partitions/P/state`` payload; depends on the bytes only, so callers may cache it.
+
+    Raises:
+        ValueError: the payload is not something Kafka writes (the reason is the message).
+    """
+    try:
+        f = _validate(PathKind.PARTITION_STATE, _json_object(data))
+    except _Bad as e:
+        raise ValueError(str(e)) from None
+    leader = f["leader"]
+    if leader == LEADER_DURING_DELETE:
+        raise ValueError("leader -2 (LeaderDuringDelete) is never written to ZooKeeper")
+    if leader < LEADER_NONE:
+        raise ValueError(f"leader must be a broker id or -1, got {leader}")
+    if f["leader_epoch"] < 0 or f["controller_epoch"] < 0:
+        raise ValueError("leader_epoch and controller_epoch must be >= 0")
+    ints = [leader, f["leader_epoch"], f["controller_epoch"], *f["isr"]]
+    if any(not INT32_MIN <= v <= INT32_MAX for v in ints):
+        raise ValueError("broker ids and epochs are 32-bit ints in Kafka")
+    return PartitionStatePayload(leader, f["leader_epoch"], f["controller_epoch"], tuple(f["isr"]),
+                                 f.get("leader_recovery_state"))
+
+
+def partition_state_detail(payload: PartitionStatePayload, created: bool) -> dict[str, object]:
+    """The ``detail`` of a PARTITION_STATE_WRITTEN event."""
+    detail: dict[str, object] = {"created": created}
+    if payload.leader_recovery_state is not None:
+        detail["leader_recovery_state"] = payload.leader_recovery_state
+    return detail
+
+
 def _decode_partition_state(ctx: _Ctx) -> list[MetadataEvent]:
     if ctx.change.op is ZnodeOp.DELETE:
         return [ctx.event(T.PARTITION_STATE_DELETED)]
-    f = _validate(PathKind.PARTITION_STATE, _json_object(ctx.change.data))
-    leader = f["leader"]
-    if leader == LEADER_DURING_DELETE:
-        raise _Bad("leader -2 (LeaderDuringDelete) is never written to ZooKeeper")
-    if leader < LEADER_NONE:
-        raise _Bad(f"leader must be a broker id or -1, got {leader}")
-    if f["leader_epoch"] < 0 or f["controller_epoch"] < 0:
-        raise _Bad("leader_epoch and controller_epoch must be >= 0")
-    detail: dict[str, object] = {"created": ctx.change.op is ZnodeOp.CREATE}
-    if "leader_recovery_state" in f:
-        detail["leader_recovery_state"] = f["leader_recovery_state"]
+    try:
+        p = partition_state_payload(ctx.change.data)
+    except ValueError as e:
+        raise _Bad(str(e)) from None
     return [
         ctx.event(
             T.PARTITION_STATE_WRITTEN,
-            leader=leader,
-            leader_epoch=f["leader_epoch"],
-            controller_epoch=f["controller_epoch"],
-            isr=tuple(f["isr"]),
-            detail=detail,
+            leader=p.leader,
+            leader_epoch=p.leader_epoch,
+            controller_epoch=p.controller_epoch,
+            isr=p.isr,
+            detail=partition_state_detail(p, ctx.change.op is ZnodeOp.CREATE),
         )
     ]
 

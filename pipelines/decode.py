@@ -12,16 +12,25 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from models.events import MetadataEvent, ZnodeChange, ZnodeOp
+from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
 from models.ids import event_id
 from models.tables import METADATA_EVENTS, QUARANTINE
+from models.znode_codec import (
+    PATH_PATTERNS,
+    PartitionStatePayload,
+    PathKind,
+    partition_state_detail,
+    partition_state_payload,
+)
 from pipelines.schemas import schema
+from pipelines.vector_fold import event_ids
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +137,89 @@ def decode_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     arrow_schema = _arrow_out_schema()
     for batch in batches:
-        rows = decode_rows(batch.to_pylist())
+        fast, rest = fast_state_writes(batch, arrow_schema)
+        if fast is not None:
+            yield from fast.to_batches()
+        rows = decode_rows(rest.to_pylist())
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+
+
+# -- vectorised path for partition state writes (nearly every bronze row of a real cluster) ------------------
+_STATE_PATH = PATH_PATTERNS[PathKind.PARTITION_STATE]
+_PAYLOADS: dict[bytes, PartitionStatePayload | None] = {}  # payload bytes -> codec verdict (None: malformed)
+_PAYLOAD_CACHE_MAX = 200_000
+
+
+def _payload_verdicts(unique: list[bytes]) -> list[PartitionStatePayload | None]:
+    """The codec's verdict on each distinct payload (a cluster writes few distinct ones: cache them)."""
+    if len(_PAYLOADS) > _PAYLOAD_CACHE_MAX:
+        _PAYLOADS.clear()
+    out: list[PartitionStatePayload | None] = []
+    for data in unique:
+        if data not in _PAYLOADS:
+            try:
+                _PAYLOADS[data] = partition_state_payload(data)
+            except ValueError:
+                _PAYLOADS[data] = None  # the row-wise codec path will quarantine it with the full message
+        out.append(_PAYLOADS[data])
+    return out
+
+
+def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[pa.Table | None, pa.RecordBatch]:
+    """(decoded rows of the valid partition state writes in ``batch``, the other rows for ``decode_rows``).
+
+    Exactly what ``decode_rows`` yields for those rows (``tests/unit/test_fast_decode.py``): the codec validates
+    each DISTINCT payload once (``partition_state_payload``), everything per row is an Arrow kernel.
+    """
+    if batch.num_rows == 0:
+        return None, batch
+    m = pc.extract_regex(batch["path"], _STATE_PATH)
+    topic, part_text = pc.struct_field(m, "topic"), pc.struct_field(m, "partition")
+    candidate = pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array(["CREATE", "SET"]))),
+                        pc.is_valid(batch["data"]))
+    candidate = pc.fill_null(pc.and_(candidate, pc.less_equal(pc.utf8_length(part_text), 9)), False)
+    if not pc.any(candidate).as_py():
+        return None, batch
+    encoded = pc.dictionary_encode(pc.if_else(candidate, batch["data"], pa.scalar(None, pa.binary())))
+    verdicts = _payload_verdicts(encoded.dictionary.to_pylist())
+    ok_unique = np.array([v is not None for v in verdicts], bool)
+    idx = pc.fill_null(encoded.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    ok = candidate.to_numpy(zero_copy_only=False) & (ok_unique[idx] if len(ok_unique) else False)
+    if not ok.any():
+        return None, batch
+    rows = np.nonzero(ok)[0]
+    take = pa.array(rows, pa.int64())
+    good = [v if v is not None else _NO_PAYLOAD for v in verdicts]
+    pidx = pa.array(idx[rows], pa.int64())
+
+    def field(values: list[Any], type_: pa.DataType) -> pa.Array:
+        return pc.take(pa.array(values, type_), pidx)
+
+    created = pc.equal(pc.take(batch["op"], take), "CREATE")
+    detail_created = field([json.dumps(partition_state_detail(v, True), sort_keys=True) for v in good], pa.string())
+    detail_set = field([json.dumps(partition_state_detail(v, False), sort_keys=True) for v in good], pa.string())
+    cluster, zxid, path, op = (pc.take(batch[c], take) for c in ("cluster", "zxid", "path", "op"))
+    n = len(rows)
+    cols: dict[str, Any] = {
+        "cluster": cluster, "zxid": zxid,
+        "event_time": pc.coalesce(pc.take(batch["txn_time"], take), pc.take(batch["observed_at"], take)),
+        "type": pa.array([str(MetadataEventType.PARTITION_STATE_WRITTEN)] * n, pa.string()),
+        "topic": pc.take(topic, take), "partition": pc.cast(pc.take(part_text, take), pa.int32()),
+        "controller_epoch": field([v.controller_epoch for v in good], pa.int32()),
+        "leader": field([v.leader for v in good], pa.int32()),
+        "leader_epoch": field([v.leader_epoch for v in good], pa.int32()),
+        "isr": field([list(v.isr) for v in good], pa.list_(pa.int32())),
+        "zk_version": pc.take(batch["version"], take), "czxid": pc.take(batch["czxid"], take), "path": path,
+        "detail": pc.if_else(created, detail_created, detail_set),
+        "event_id": event_ids(cluster, "meta", zxid, path, op, "0"),
+        "_seq": pa.array(np.zeros(n, np.int32)), "_ok": pa.array(np.ones(n, bool)),
+    }
+    arrays = [pa.nulls(n, f.type) if f.name not in cols else pc.cast(cols[f.name], f.type) for f in arrow_schema]
+    return pa.Table.from_arrays(arrays, schema=arrow_schema), batch.filter(pa.array(~ok))
+
+
+_NO_PAYLOAD = PartitionStatePayload(0, 0, 0, (), None)  # placeholder for malformed dictionary entries (never taken)
 
 
 def _arrow_out_schema() -> pa.Schema:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
@@ -36,7 +37,8 @@ from pipelines import detectors as D
 from pipelines.controller import DEFAULT_NO_CONTROLLER_THRESHOLD, GLOBAL_TYPES, replay
 from pipelines.decode import decoded_znode_events, split_decoded
 from pipelines.schemas import local_df, schema
-from pipelines.state_machines import PARTITION_TYPES, SEED, BucketFolder, GlobalContext
+from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
+from pipelines.vector_fold import fold_table
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ FOLD_OUT = T.StructType([
     T.StructField("prev_controller_epoch", T.IntegerType()), T.StructField("cur_controller_epoch", T.IntegerType()),
     T.StructField("leader_live", T.BooleanType()),
 ])
+
+FOLD_ARROW_SCHEMA = to_arrow_schema(FOLD_OUT)
 
 DERIVED_TABLES = ("metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies",
                   "controller_tenure", "replica_state", "partition_state")
@@ -274,26 +278,12 @@ def _fold(spark: SparkSession, meta: DataFrame, carried: Carried, ctx: GlobalCon
 
 
 def _fold_fn(ctx: GlobalContext, kafka_version: str) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    out_schema = to_arrow_schema(FOLD_OUT)
-
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        folder = BucketFolder(ctx, kafka_version)
-
-        def rows() -> Iterator[dict[str, Any]]:
-            for b in batches:
-                yield from b.to_pylist()
-
-        chunk: list[dict[str, Any]] = []
-        for rec in folder.fold(rows()):
-            rec.pop("src_event_id", None)
-            chunk.append(rec)
-            if len(chunk) >= 10_000:
-                yield pa.RecordBatch.from_pylist(chunk, schema=out_schema)
-                chunk = []
-        if chunk:
-            yield pa.RecordBatch.from_pylist(chunk, schema=out_schema)
+        # one bucket = one sorted run of whole keys: fold it in one vectorised pass
+        got = list(batches)
+        rows = pa.Table.from_batches(got) if got else None
+        if rows is not None and rows.num_rows:
+            yield from fold_table(rows, ctx, kafka_version).to_batches(max_chunksize=100_000)
 
     return run
 

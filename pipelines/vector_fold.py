@@ -1,0 +1,412 @@
+"""The keyed fold of both state machines, vectorised with numpy over one bucket's sorted rows.
+
+Same input and output as ``BucketFolder`` (rows sorted by topic, partition, ord, zxid, _seq, event_id; records
+with a ``rec`` discriminator) and the same rules, but without a Python call per row:
+
+* every row is a function on the tiny state set (an illegal step leaves the state unchanged, so a target ``t``
+  maps ``s -> M[s][t]`` with ``M = models.fold.transition_matrix``); a seed row is the constant function of
+  its carried state. A segmented prefix composition (Hillis-Steele doubling, log2(longest key) numpy passes)
+  gives the state before every row of every key at once.
+* the replica machine runs the same scan over rows exploded per (partition, replica).
+* keys with a deletion in the increment (rare: topic deletion fans out over every replica ever seen) go
+  through ``BucketFolder`` row by row; ``tests/unit/test_vector_fold.py`` checks both agree on random histories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from models.fold import (
+    PARTITION_CODES,
+    PARTITION_STATES_BY_CODE,
+    REPLICA_CODES,
+    REPLICA_STATES_BY_CODE,
+    legal_matrix,
+    transition_matrix,
+)
+from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
+from pipelines.state_machines import SEED, BucketFolder, GlobalContext
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+SLOW_TYPES = ("PARTITION_STATE_DELETED", "TOPIC_DELETED")
+P_NE, P_NEW, P_ON, P_OFF = (PARTITION_CODES[s] for s in (PartitionState.NON_EXISTENT, PartitionState.NEW,
+                                                         PartitionState.ONLINE, PartitionState.OFFLINE))
+R_NE, R_NEW, R_ON, R_OFF = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT, ReplicaState.NEW,
+                                                       ReplicaState.ONLINE, ReplicaState.OFFLINE))
+_ID_SEP = "\x1f"  # models.ids.event_id joins its parts with U+001F
+
+
+def event_ids(*parts: pa.Array | str) -> pa.Array:
+    """Vectorised ``models.ids.event_id`` over columns (strings or ints; a str part is a constant)."""
+    n = next(len(p) for p in parts if not isinstance(p, str))
+    cols = [pa.array([p] * n, pa.string()) if isinstance(p, str) else pc.cast(p, pa.string()) for p in parts]
+    cols = [pc.fill_null(c, "") for c in cols]
+    joined = pc.binary_join_element_wise(*cols, _ID_SEP).to_pylist()
+    return pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in joined], pa.string())
+
+
+def segmented_compose(funcs: npt.NDArray[np.int8], seg_start: IntArray) -> npt.NDArray[np.int8]:
+    """``P[i] = funcs[i] ∘ … ∘ funcs[seg_start[i]]``: inclusive prefix composition of state maps per segment."""
+    out = funcs.copy()
+    pos = np.arange(len(funcs))
+    d = 1
+    while True:
+        idx = pos[pos - d >= seg_start]
+        if not len(idx):
+            return out
+        # apply the earlier span first, then this one: new[i][s] = out[i][out[i-d][s]]
+        combined = np.take_along_axis(out[idx], out[idx - d].astype(np.int64), axis=1)
+        out[idx] = combined
+        d *= 2
+
+
+def _segment_starts(boundary: BoolArray) -> IntArray:
+    """Index of the first row of each row's segment (``boundary[i]``: row i starts a segment)."""
+    starts = np.where(boundary, np.arange(len(boundary)), 0)
+    return np.maximum.accumulate(starts) if len(starts) else starts.astype(np.int64)
+
+
+def _last_where(mask: BoolArray, seg_start: IntArray, inclusive: bool) -> IntArray:
+    """Per row: index of the last row at (or strictly before) it in its segment where ``mask``; -1 if none."""
+    idx = np.where(mask, np.arange(len(mask)), -1)
+    last = np.maximum.accumulate(idx) if len(idx) else idx
+    if not inclusive:
+        last = np.concatenate([[-1], last[:-1]]) if len(last) else last
+    return np.where(last >= seg_start, last, -1)
+
+
+def _take(col: pa.Array | pa.ChunkedArray, idx: IntArray) -> pa.Array:
+    """``col[idx]`` with -1 -> null."""
+    return pc.take(col, pa.array(idx, pa.int64(), mask=idx < 0))
+
+
+class _Tables:
+    """The state-map tables of every kind of row, from models.fold (the one source of the rules)."""
+
+    def __init__(self, kafka_version: str) -> None:
+        self.pm = np.array(transition_matrix("partition", kafka_version), np.int8)
+        self.pl = np.array(legal_matrix("partition", kafka_version), bool)
+        self.rm = np.array(transition_matrix("replica", kafka_version), np.int8)
+        self.rl = np.array(legal_matrix("replica", kafka_version), bool)
+        ps, rs = np.arange(len(self.pm)), np.arange(len(self.rm))
+        self.p_assign = np.where(ps == P_NE, self.pm[P_NE, P_NEW], ps).astype(np.int8)  # only from NonExistent
+        self.p_online = self.pm[:, P_ON]
+        self.p_online_same = np.where(ps == P_ON, ps, self.pm[:, P_ON]).astype(np.int8)  # ISR-only write
+        self.p_offline = np.where(ps == P_OFF, ps, self.pm[:, P_OFF]).astype(np.int8)
+        self.r_assign = np.where(rs == R_NE, self.rm[R_NE, R_NEW], rs).astype(np.int8)
+        self.r_in = np.where(rs == R_ON, rs, self.rm[:, R_ON]).astype(np.int8)
+        self.r_out = np.where(rs == R_ON, self.rm[R_ON, R_OFF], rs).astype(np.int8)
+
+
+def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION,
+               out_schema: pa.Schema | None = None) -> pa.Table:
+    """Every record ``BucketFolder.fold`` emits for these sorted rows (without ``src_event_id``)."""
+    from pipelines.engine import FOLD_ARROW_SCHEMA
+
+    schema = out_schema or FOLD_ARROW_SCHEMA
+    if rows.num_rows == 0:
+        return schema.empty_table()
+    topic, part = rows["topic"], rows["partition"]
+    boundary = np.ones(rows.num_rows, bool)
+    if rows.num_rows > 1:
+        same = pc.and_(pc.equal(topic.slice(1), topic.slice(0, rows.num_rows - 1)),
+                       pc.equal(part.slice(1), part.slice(0, rows.num_rows - 1)))
+        boundary[1:] = ~pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+    key = np.cumsum(boundary) - 1
+    slow_row = pc.is_in(rows["type"], pa.array(SLOW_TYPES)).to_numpy(zero_copy_only=False)
+    slow_key = np.zeros(key[-1] + 1, bool)
+    slow_key[key[slow_row]] = True
+    parts: list[pa.Table] = []
+    if slow_key.any():
+        slow = rows.filter(pa.array(slow_key[key]))
+        records = [{k: v for k, v in r.items() if k != "src_event_id"}
+                   for r in BucketFolder(ctx, kafka_version).fold(slow.to_pylist())]
+        parts.append(pa.Table.from_pylist(records, schema=schema))
+        rows = rows.filter(pa.array(~slow_key[key]))
+        boundary = boundary[~slow_key[key]]
+    if rows.num_rows:
+        parts.append(_FastFold(rows, boundary, ctx, _Tables(kafka_version), schema).run())
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+
+class _FastFold:
+    """One vectorised pass over rows of keys without deletions (``boundary`` marks each key's first row)."""
+
+    def __init__(self, rows: pa.Table, boundary: BoolArray, ctx: GlobalContext, tables: _Tables,
+                 schema: pa.Schema) -> None:
+        self.rows, self.ctx, self.t, self.schema = rows, ctx, tables, schema
+        self.n = rows.num_rows
+        self.start = _segment_starts(boundary)
+        self.key_last = np.append(np.nonzero(boundary)[0][1:] - 1, self.n - 1)  # last row of each key
+        self.key_of = np.cumsum(boundary) - 1
+        types = rows["type"]
+        self.is_seed = pc.equal(types, SEED).to_numpy(zero_copy_only=False)
+        self.is_assign = pc.equal(types, "PARTITION_ASSIGNED").to_numpy(zero_copy_only=False)
+        self.is_write = pc.equal(types, "PARTITION_STATE_WRITTEN").to_numpy(zero_copy_only=False)
+        self.zxid = rows["zxid"].to_numpy()
+        self.leader = self._ints("leader")
+        self.epoch = self._ints("leader_epoch")
+        # the view: leader fields come from the last write or seed, replicas from the last assignment or seed
+        self.lw_at = _last_where(self.is_write | self.is_seed, self.start, inclusive=True)
+        self.lw_before = _last_where(self.is_write | self.is_seed, self.start, inclusive=False)
+        self.ra_at = _last_where(self.is_assign | self.is_seed, self.start, inclusive=True)
+
+    def _ints(self, name: str) -> npt.NDArray[np.float64]:
+        """An int column as float64 with NaN for null (exact for every int32 id and epoch)."""
+        values: npt.NDArray[np.float64] = pc.cast(self.rows[name], pa.float64()).to_numpy(zero_copy_only=False)
+        return values
+
+    def run(self) -> pa.Table:
+        pt_steps = self._partition_steps()
+        rt_steps, finals_rs = self._replica_steps()
+        steps = self._number_steps(pt_steps, rt_steps)
+        return pa.concat_tables([*steps, self._writes(), self._partition_finals(pt_steps["final"]), finals_rs])
+
+    # -- partition machine --------------------------------------------------------------------------------
+    def _partition_steps(self) -> dict[str, Any]:
+        t, n = self.t, self.n
+        prev_leader = np.where(self.lw_before >= 0, self.leader[np.maximum(self.lw_before, 0)], np.nan)
+        prev_epoch = np.where(self.lw_before >= 0, self.epoch[np.maximum(self.lw_before, 0)], np.nan)
+        online = self.is_write & (self.leader >= 0)  # NaN compares False: a null leader is "no leader"
+        offline = self.is_write & ~online
+        same = online & (self.leader == prev_leader) & (self.epoch == prev_epoch)
+        ident = np.arange(len(t.pm), dtype=np.int8)
+        funcs = np.tile(ident, (n, 1))
+        funcs[self.is_assign] = t.p_assign
+        funcs[online & ~same] = t.p_online
+        funcs[online & same] = t.p_online_same
+        funcs[offline] = t.p_offline
+        seed_state = self._seed_states()
+        funcs[self.is_seed] = seed_state[self.is_seed][:, None]  # a seed is the constant map of its state
+        prefix = segmented_compose(funcs, self.start)
+        after = prefix[:, P_NE].astype(np.int64)
+        before = np.where(np.arange(n) > self.start, np.concatenate([[P_NE], after[:-1]]), P_NE)
+        target = np.full(n, -1)
+        target[self.is_assign & (before == P_NE)] = P_NEW
+        target[online & ~(same & (before == P_ON))] = P_ON
+        target[offline & (before != P_OFF)] = P_OFF
+        emitted = target >= 0
+        cause = np.full(n, "", object)
+        cause[self.is_assign] = "assignment"
+        cause[online] = np.where(np.isnan(prev_leader[online]), "state created", "leader elected")
+        cause[offline] = "no leader"
+        rows = np.nonzero(emitted)[0]
+        return {"row": rows, "slot": np.zeros(len(rows), np.int64), "replica": None,
+                "from": before[rows], "to": target[rows], "legal": t.pl[before[rows], target[rows]],
+                "cause": cause[rows], "final": after[self.key_last]}
+
+    def _seed_states(self) -> IntArray:
+        """Each seed row's carried partition state code (P_NE elsewhere)."""
+        codes = np.full(self.n, P_NE, np.int64)
+        seeds = np.nonzero(self.is_seed)[0]
+        names = pc.take(self.rows["state"], pa.array(seeds, pa.int64())).to_pylist()
+        codes[seeds] = [PARTITION_CODES[PartitionState(s)] if s else P_NE for s in names]
+        return codes
+
+    # -- replica machine ----------------------------------------------------------------------------------
+    def _explode(self, column: str, rows_mask: BoolArray, row_of: IntArray | None = None) -> tuple[IntArray, IntArray, IntArray]:
+        """(source row, replica, position in its list) of every list element of ``column`` on masked rows.
+
+        ``row_of`` reads the list from another row (e.g. the previous write's ISR) but reports the masked row.
+        """
+        src = np.nonzero(rows_mask)[0] if row_of is None else np.nonzero(rows_mask & (row_of >= 0))[0]
+        read_from = src if row_of is None else row_of[src]
+        lists = pc.take(self.rows[column], pa.array(read_from, pa.int64()))
+        if isinstance(lists, pa.ChunkedArray):
+            lists = lists.combine_chunks()
+        values = pc.list_flatten(lists)
+        parents = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+        # position in its own list: flattened index minus the flattened index of the list's first element
+        position = np.arange(len(parents)) - np.searchsorted(parents, parents, side="left")
+        return src[parents], values.to_numpy(zero_copy_only=False).astype(np.int64), position
+
+    def _replica_steps(self) -> tuple[dict[str, Any], pa.Table]:
+        t = self.t
+        # seeds: each carried replica's state as a constant map; not a step
+        s_rows, s_rep, s_pos = self._explode("seed_replica_ids", self.is_seed)
+        seed_names = pc.list_flatten(pc.take(self.rows["seed_replica_states"],
+                                             pa.array(np.nonzero(self.is_seed)[0], pa.int64()))).to_pylist()
+        seed_codes = np.array([REPLICA_CODES[ReplicaState(s)] for s in seed_names], np.int64)
+        a_rows, a_rep, a_pos = self._explode("replicas", self.is_assign)
+        i_rows, i_rep, i_pos = self._explode("isr", self.is_write)
+        o_rows, o_rep, o_pos = self._explode("isr", self.is_write, row_of=self.lw_before)
+        if len(o_rows):  # a previous ISR member still in the new ISR is not a step
+            isr_pairs = i_rows * (1 << 32) + (i_rep & 0xFFFFFFFF)
+            keep = ~np.isin(o_rows * (1 << 32) + (o_rep & 0xFFFFFFFF), isr_pairs)
+            o_rows, o_rep, o_pos = o_rows[keep], o_rep[keep], o_pos[keep]
+        isr_len = self._list_lengths("isr")
+        kind = np.concatenate([np.full(len(s_rows), 0), np.full(len(a_rows), 1), np.full(len(i_rows), 2),
+                               np.full(len(o_rows), 3)])
+        row = np.concatenate([s_rows, a_rows, i_rows, o_rows])
+        rep = np.concatenate([s_rep, a_rep, i_rep, o_rep])
+        slot = np.concatenate([s_pos - 1_000_000, 1 + a_pos, 1 + i_pos, 1 + isr_len[o_rows] + o_pos])
+        order = np.lexsort((slot, row, rep, self.key_of[row]))
+        kind, row, rep, slot = kind[order], row[order], rep[order], slot[order]
+        # each seed element's carried state, carried through the sort
+        seed_const = np.concatenate([seed_codes, np.zeros(len(order) - len(seed_codes), np.int64)])[order]
+        boundary = np.ones(len(order), bool)
+        if len(order) > 1:
+            boundary[1:] = (self.key_of[row[1:]] != self.key_of[row[:-1]]) | (rep[1:] != rep[:-1])
+        start = _segment_starts(boundary)
+        ident = np.arange(len(t.rm), dtype=np.int8)
+        funcs = np.tile(ident, (len(order), 1))
+        funcs[kind == 1] = t.r_assign
+        funcs[kind == 2] = t.r_in
+        funcs[kind == 3] = t.r_out
+        funcs[kind == 0] = seed_const[kind == 0][:, None]
+        prefix = segmented_compose(funcs, start) if len(order) else funcs
+        after = prefix[:, R_NE].astype(np.int64)
+        pos = np.arange(len(order))
+        before = np.where(pos > start, np.concatenate([[R_NE], after[:-1]]) if len(after) else after, R_NE)
+        target = np.full(len(order), -1)
+        target[(kind == 1) & (before == R_NE)] = R_NEW
+        target[(kind == 2) & (before != R_ON)] = R_ON
+        target[(kind == 3) & (before == R_ON)] = R_OFF
+        emitted = target >= 0
+        legal = np.zeros(len(order), bool)
+        legal[emitted] = t.rl[before[emitted], target[emitted]]
+        # a replica is part of the final state once seeded or after its first legal step (as BucketFolder)
+        present = (kind == 0) | (emitted & legal)
+        seg_id = np.cumsum(boundary) - 1
+        seg_present = np.zeros(seg_id[-1] + 1 if len(seg_id) else 0, bool)
+        np.logical_or.at(seg_present, seg_id, present)
+        seg_last = np.append(np.nonzero(boundary)[0][1:] - 1, len(order) - 1) if len(order) else np.zeros(0, np.int64)
+        final_idx = seg_last[seg_present]
+        cause = np.array(["", "assignment", "in isr", "removed from isr"], object)[kind]
+        e = np.nonzero(emitted)[0]
+        steps = {"row": row[e], "slot": slot[e], "replica": rep[e], "from": before[e], "to": target[e],
+                 "legal": legal[e], "cause": cause[e]}
+        finals = self._replica_finals(row[final_idx], rep[final_idx], after[final_idx])
+        return steps, finals
+
+    def _list_lengths(self, column: str) -> IntArray:
+        lengths: IntArray = pc.fill_null(pc.list_value_length(self.rows[column]), 0).to_numpy(
+            zero_copy_only=False).astype(np.int64)
+        return lengths
+
+    # -- records ------------------------------------------------------------------------------------------
+    def _number_steps(self, pt: dict[str, Any], rt: dict[str, Any]) -> list[pa.Table]:
+        """Step n of a source row counts its emitted steps in order (partition step first): the id suffix."""
+        row = np.concatenate([pt["row"], rt["row"]])
+        slot = np.concatenate([pt["slot"], rt["slot"]])
+        order = np.lexsort((slot, row))
+        first = np.ones(len(order), bool)
+        first[1:] = row[order][1:] != row[order][:-1]
+        rank = np.arange(len(order)) - _segment_starts(first)
+        step_n = np.empty(len(order), np.int64)
+        step_n[order] = rank
+        n_pt = len(pt["row"])
+        return [self._transitions("pt", pt, step_n[:n_pt], PARTITION_STATES_BY_CODE),
+                self._transitions("rt", rt, step_n[n_pt:], REPLICA_STATES_BY_CODE)]
+
+    def _transitions(self, rec: str, s: dict[str, Any], step_n: IntArray, names: Sequence[object]) -> pa.Table:
+        rows, r = self.rows, pa.array(s["row"], pa.int64())
+        src_ids = pc.take(rows["event_id"], r)
+        state_names = np.array([str(x) for x in names], object)
+        cluster = pc.take(rows["cluster"], r)
+        cols: dict[str, Any] = {
+            "rec": pa.array([rec] * len(r), pa.string()), "cluster": cluster,
+            "topic": pc.take(rows["topic"], r), "partition": pc.take(rows["partition"], r),
+            "replica": pa.array(s["replica"], pa.int32()) if s["replica"] is not None else None,
+            "zxid": pc.take(rows["zxid"], r), "event_time": pc.take(rows["event_time"], r),
+            "from_state": pa.array(state_names[s["from"]].tolist(), pa.string()),
+            "to_state": pa.array(state_names[s["to"]].tolist(), pa.string()),
+            "legal": pa.array(s["legal"], pa.bool_()), "cause": pa.array(s["cause"].tolist(), pa.string()),
+            "event_id": event_ids(cluster, rec, src_ids, pa.array(step_n, pa.int64())) if len(r) else pa.array([], pa.string()),
+        }
+        return self._table(cols, len(r))
+
+    def _writes(self) -> pa.Table:
+        rows = self.rows
+        w = np.nonzero(self.is_write)[0]
+        r = pa.array(w, pa.int64())
+        before = self.lw_before[w]
+        leader = self.leader[w]
+        cols: dict[str, Any] = {
+            "rec": pa.array(["w"] * len(w), pa.string()),
+            **{c: pc.take(rows[c], r) for c in ("cluster", "topic", "partition", "zxid", "event_time", "event_id",
+                                                "leader", "leader_epoch", "controller_epoch", "isr")},
+            "replicas": _take(rows["replicas"], self.ra_at[w]),
+            "prev_leader": _take(rows["leader"], before), "prev_leader_epoch": _take(rows["leader_epoch"], before),
+            "prev_isr": _take(rows["isr"], before), "prev_controller_epoch": _take(rows["controller_epoch"], before),
+            "cur_controller_epoch": self._controller_epoch_at(self.zxid[w]),
+            "leader_live": self._leader_live(leader, self.zxid[w]),
+        }
+        return self._table(cols, len(w))
+
+    def _controller_epoch_at(self, zxids: IntArray) -> pa.Array:
+        if not self.ctx.epoch_zxids:
+            return pa.nulls(len(zxids), pa.int32())
+        i = np.searchsorted(np.array(self.ctx.epoch_zxids, np.int64), zxids, side="right")
+        values = np.array(self.ctx.epoch_values, np.int64)[np.maximum(i - 1, 0)]
+        return pa.array(values, pa.int32(), mask=i == 0)
+
+    def _leader_live(self, leader: npt.NDArray[np.float64], zxids: IntArray) -> pa.Array:
+        has_leader = ~np.isnan(leader) & (leader >= 0)
+        if not self.ctx.broker_points:
+            return pa.nulls(len(zxids), pa.bool_())
+        live = np.zeros(len(zxids), bool)
+        for broker, (points, states) in self.ctx.broker_points.items():
+            m = has_leader & (leader == broker)
+            if not m.any():
+                continue
+            i = np.searchsorted(np.array(points, np.int64), zxids[m], side="right")
+            live[m] = np.where(i > 0, np.array(states, bool)[np.maximum(i - 1, 0)], False)
+        return pa.array(live, pa.bool_(), mask=~has_leader)
+
+    def _view_cols(self, key_rows: IntArray) -> dict[str, Any]:
+        """The final view columns of keys given by their last row (as ``BucketFolder._finals``)."""
+        rows = self.rows
+        lw, ra = self.lw_at[key_rows], self.ra_at[key_rows]
+        first = self.start[key_rows]
+        as_of, event_time = self._key_as_of_and_time()
+        k = self.key_of[key_rows]
+        return {
+            "cluster": _take(rows["cluster"], first), "topic": _take(rows["topic"], first),
+            "partition": _take(rows["partition"], first),
+            "leader": _take(rows["leader"], lw), "leader_epoch": _take(rows["leader_epoch"], lw),
+            "isr": _take(rows["isr"], lw), "replicas": _take(rows["replicas"], ra),
+            "as_of_zxid": pa.array(as_of[k], pa.int64()), "event_time": _take(rows["event_time"], event_time[k]),
+        }
+
+    def _key_as_of_and_time(self) -> tuple[IntArray, IntArray]:
+        """Per key: the highest zxid of its rows, and the row of its last non-null event_time (-1 if none)."""
+        as_of = np.maximum.reduceat(self.zxid, np.nonzero(self.start == np.arange(self.n))[0])
+        has_time = pc.is_valid(self.rows["event_time"]).to_numpy(zero_copy_only=False)
+        last_time = _last_where(has_time, self.start, inclusive=True)[self.key_last]
+        return as_of, last_time
+
+    def _partition_finals(self, final_codes: IntArray) -> pa.Table:
+        names = np.array([str(x) for x in PARTITION_STATES_BY_CODE], object)
+        cols = self._view_cols(self.key_last)
+        cols["rec"] = pa.array(["ps"] * len(self.key_last), pa.string())
+        cols["state"] = pa.array(names[final_codes].tolist(), pa.string())
+        cols["controller_epoch"] = _take(self.rows["controller_epoch"], self.lw_at[self.key_last])
+        return self._table(cols, len(self.key_last))
+
+    def _replica_finals(self, rows: IntArray, replicas: IntArray, codes: IntArray) -> pa.Table:
+        names = np.array([str(x) for x in REPLICA_STATES_BY_CODE], object)
+        key_rows = self.key_last[self.key_of[rows]]
+        order = np.lexsort((replicas, self.key_of[rows]))
+        key_rows, replicas, codes = key_rows[order], replicas[order], codes[order]
+        cols = self._view_cols(key_rows)
+        cols["rec"] = pa.array(["rs"] * len(key_rows), pa.string())
+        cols["replica"] = pa.array(replicas, pa.int32())
+        cols["state"] = pa.array(names[codes].tolist(), pa.string())
+        return self._table(cols, len(key_rows))
+
+    def _table(self, cols: dict[str, Any], n: int) -> pa.Table:
+        arrays = []
+        for f in self.schema:
+            v = cols.get(f.name)
+            arrays.append(pa.nulls(n, f.type) if v is None else pc.cast(v, f.type))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
