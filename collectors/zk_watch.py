@@ -187,10 +187,15 @@ class ZkWatchCollector:
             if kind == "state":
                 self._handle_state(arg)
             elif kind == "node":
-                self._visit(arg, Source.WATCH)
+                if arg in self.view:  # else a late notice for a recorded delete; a re-creation shows in the parent
+                    self._visit(arg, Source.WATCH)
             elif kind == "children":
                 path, fired = arg
-                self._children(path, Source.WATCH, changed=fired == EventType.CHILD)
+                changed = fired == EventType.CHILD
+                if path in self.view:
+                    self._children(path, Source.WATCH, changed=changed)
+                elif changed:  # its delete is recorded, but not what happened under it before
+                    self._missed_children(path, self._delete_zxid(path))
         except KazooException as e:  # connection trouble mid-read: the state listener reports the gap
             log.warning("read failed (%s: %s); will resync after reconnect", type(e).__name__, e)
             self._need_resync = True
@@ -215,6 +220,8 @@ class ZkWatchCollector:
 
     def _visit(self, path: str, source: Source) -> bool:
         """Read one znode (re-arming its data watch) and emit what changed; False if it is gone."""
+        if path not in self.view:
+            return self._visit_new(path, source)
         try:
             data, stat = self.client.get(path, watch=self._on_data)
         except NoNodeError:
@@ -223,7 +230,31 @@ class ZkWatchCollector:
         self._observe(path, data, stat, source)
         return True
 
-    def _observe(self, path: str, data: bytes, stat: ZnodeStat, source: Source) -> None:
+    def _visit_new(self, path: str, source: Source, tries: int = 3) -> bool:
+        """A znode we do not know yet: list its children before reading it, so that its child watch is
+        armed from the first read on (any child change after it is then notified, see ``_children``)."""
+        try:
+            kids, listed = self.client.get_children(path, watch=self._on_children, include_data=True)
+            data, stat = self.client.get(path, watch=self._on_data)
+        except NoNodeError:
+            self._vanished(path)
+            return False
+        if stat.czxid != listed.czxid:  # deleted and re-created between the two reads: start over
+            self._vanished(path)
+            return tries > 1 and self._visit_new(path, source, tries - 1)
+        self._observe(path, data, stat, source, listing=(kids, listed))
+        return True
+
+    def _vanished(self, path: str) -> None:
+        # listed under its parent but gone before it could be read: it and whatever was created under it are
+        # missed; the reply zxid of the failed read is at or after its delete
+        self._gap(f"{path} was deleted before it could be read: it and anything created under it are missed",
+                  path=path, zxid=max(int(self.client.last_zxid), 0), flush=False)
+
+    def _observe(
+        self, path: str, data: bytes, stat: ZnodeStat, source: Source,
+        listing: tuple[list[str], ZnodeStat] | None = None,
+    ) -> None:
         old = self.view.get(path)
         if old is not None and old.mzxid == stat.mzxid and old.czxid == stat.czxid:
             return  # duplicate notification
@@ -235,7 +266,12 @@ class ZkWatchCollector:
             self._emit_stat(path, ZnodeOp.CREATE, stat.czxid, data, stat, source, stat.version or None)
             if not self._first_snapshot:
                 self.cversions[path] = 0  # born while we watch: all its child changes should be seen
-            self._children(path, source)  # new znode: watch its children too
+            if listing is not None:
+                self._apply_listing(path, *listing, source)
+            else:
+                # re-created since the last read: its children were not watched until this listing, so if
+                # it is gone already, report what may have happened under it
+                self._children(path, source, changed=True)
         else:
             missed = stat.version - old.version - 1
             self._emit_stat(path, ZnodeOp.SET, stat.mzxid, data, stat, source, missed if missed > 0 else None)
@@ -262,6 +298,10 @@ class ZkWatchCollector:
                 self._missed_children(path, stat.czxid - 1)
             self._visit(path, source)  # records the new incarnation and lists its children
             return [path.rstrip("/") + "/" + k for k in kids]
+        return self._apply_listing(path, kids, stat, source)
+
+    def _apply_listing(self, path: str, kids: list[str], stat: ZnodeStat, source: Source) -> list[str]:
+        """Visit the new children of one listing, delete the gone ones, check the cversion; their paths."""
         prefix = path.rstrip("/") + "/"
         current = {prefix + k for k in kids}
         known = {p for p in self.view if p != path and p.startswith(prefix) and "/" not in p[len(prefix) :]}
