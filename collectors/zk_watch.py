@@ -9,6 +9,11 @@ later change of that path (see ``_delete_zxid``). GAP = the largest zxid seen so
 a connection gap, or, for child changes known to be missed, a zxid after them on the parent's path.
 Rows found by diffing the tree after a gap or restart have source ``resync``; a SET whose version
 jumped by more than one carries ``missed_versions``.
+
+Nothing is lost silently: a child watch is armed by the very read that lists the children (for a new
+znode, before its data is read), so every later child change is notified; when the notified relist
+cannot be done (the znode is gone) or shows more cversion steps than were seen, or a listed child is
+gone before it is read, a GAP names the path whose children were missed.
 """
 
 from __future__ import annotations
