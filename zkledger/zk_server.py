@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -186,6 +187,7 @@ class EmbeddedZooKeeper:
         tick_ms: int = 500,
         max_session_timeout_ms: int = 60_000,
         stop_at_exit: bool = True,
+        extra_config: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.port = port
@@ -195,6 +197,9 @@ class EmbeddedZooKeeper:
         # a server started from Python dies with its interpreter (no orphans after a crashed test run);
         # `zkledger zk start` passes False so the server outlives the command
         self.stop_at_exit = stop_at_exit
+        # more zoo.cfg lines, e.g. a TLS `secureClientPort` with its `ssl.*` stores (the plain port stays, for
+        # the readiness check and `status`)
+        self.extra_config = dict(extra_config or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
 
@@ -307,6 +312,7 @@ class EmbeddedZooKeeper:
                 "snapCount=1000000",  # few snapshots: the transaction log stays the full history
                 "preAllocSize=1024",  # KB; the 64 MB default is wasteful for tests
                 "snapshot.trust.empty=true",
+                *(f"{key}={value}" for key, value in self.extra_config.items()),
                 "",
             ])
         )
