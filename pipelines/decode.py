@@ -52,23 +52,25 @@ _OUT_SCHEMA = T.StructType(
 def dedupe_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
     """One row per (zxid, path, op): the same change seen by several collectors is kept once.
 
-    Where the txnlog covers a zxid (between its first and last delivered zxid, in this input or the committed
-    ``txnlog_range``), watch/resync rows are dropped: the txnlog is lossless, while a watch reads after the
-    fact and can stamp a phantom DELETE with a re-creation's zxid.
+    txnlog rows pass through untouched (lossless, and idempotent per event_id in the lake). Where the txnlog
+    covers a zxid (between its first and last delivered zxid, in this input or the committed ``txnlog_range``),
+    watch/resync rows are dropped: a watch reads after the fact and can stamp a phantom DELETE with a
+    re-creation's zxid. Only the remaining watch/resync rows need the (costly) ranking window.
     """
-    txn = F.when(F.col("source") == "txnlog", F.col("zxid"))
-    w_cluster = Window.partitionBy("cluster")
-    df = df.withColumn("_lo", F.min(txn).over(w_cluster)).withColumn("_hi", F.max(txn).over(w_cluster))
+    is_txn = F.col("source") == "txnlog"
+    bounds = df.filter(is_txn).groupBy("cluster").agg(F.min("zxid").alias("_lo"), F.max("zxid").alias("_hi"))
+    others = df.filter(~is_txn).join(F.broadcast(bounds), "cluster", "left")
     covered = F.coalesce(F.col("zxid").between(F.col("_lo"), F.col("_hi")), F.lit(False))
     if txnlog_range is not None:
         covered = covered | F.col("zxid").between(F.lit(txnlog_range[0]), F.lit(txnlog_range[1]))
-    df = df.filter((F.col("source") == "txnlog") | ~covered).drop("_lo", "_hi")
+    others = others.filter(~covered).drop("_lo", "_hi")
     rank = F.coalesce(
         F.create_map(*[x for k, v in SOURCE_RANK.items() for x in (F.lit(k), F.lit(v))])[F.col("source")],
         F.lit(9),
     )
     w = Window.partitionBy("cluster", "zxid", "path", "op").orderBy(rank, F.col("observed_at"), F.col("event_id"))
-    return df.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
+    others = others.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
+    return df.filter(is_txn).unionByName(others.select(*df.columns))
 
 
 def _utc(ts: datetime | None) -> datetime | None:

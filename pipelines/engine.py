@@ -108,13 +108,18 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     """
     committed = None if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None \
         else (carried.txnlog_min_zxid, carried.txnlog_max_zxid)
-    decoded = decoded_znode_events(znode_events, committed).toArrow()
+    # decode and fold run once each in Spark, cached: the driver collects them for the output tables and the
+    # next stages read them in the JVM (rebuilding a DataFrame from driver Arrow costs ~10 us per row here)
+    decoded_df = decoded_znode_events(znode_events, committed).cache()
+    decoded = decoded_df.toArrow()
     meta_t, quarantine_t = split_decoded(decoded)
+    meta = decoded_df.filter("_ok").select(*META_SEQ.fieldNames())
     if carried.known_event_ids is not None and meta_t.num_rows:
-        known = carried.known_event_ids.join(arrow_df(spark, meta_t.select(["event_id"]), _ID_SCHEMA),
-                                             "event_id", "left_semi")
+        known = carried.known_event_ids.join(meta.select("event_id"), "event_id", "left_semi")
         known_ids = set(known.toArrow().column("event_id").to_pylist())
-        meta_t = meta_t.filter(pc.invert(pc.is_in(meta_t["event_id"], pa.array(sorted(known_ids), pa.string()))))
+        if known_ids:
+            meta_t = meta_t.filter(pc.invert(pc.is_in(meta_t["event_id"], pa.array(sorted(known_ids), pa.string()))))
+            meta = meta.join(F.broadcast(known), "event_id", "left_anti").select(*META_SEQ.fieldNames())
     txn_max = _txnlog_max(znode_events, carried.txnlog_max_zxid)
 
     global_rows = _global_rows(meta_t)
@@ -122,11 +127,10 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     history = [e for e in carried.global_events if e["event_id"] not in increment_ids]
     timeline = replay(cluster, history + global_rows, no_controller_threshold)
 
-    meta = arrow_df(spark, meta_t, META_SEQ)
-    fold = _fold(spark, meta, carried, timeline.ctx, kafka_version).toArrow()
+    fold_df = _fold(spark, meta, carried, timeline.ctx, kafka_version).cache()
+    fold = fold_df.toArrow()
     pt_t = _rec(fold, "pt", PARTITION_TRANSITIONS.column_names)
     rt_t = _rec(fold, "rt", REPLICA_TRANSITIONS.column_names)
-    writes_t = _rec(fold, "w", list(FOLD_OUT.fieldNames()))
     ps_t = _merge_state(spark, carried.partition_state, _rec(fold, "ps", PARTITION_STATE.column_names), carried.empty)
     rs_t = _merge_state(spark, carried.replica_state, _rec(fold, "rs", REPLICA_STATE.column_names), carried.empty)
 
@@ -139,8 +143,8 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
 
     global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
                     if a["_trigger"] in increment_ids and not _covered_gap(a, txn_max)]
-    pt, rt = arrow_df(spark, pt_t, schema("partition_transitions")), arrow_df(spark, rt_t, schema("replica_transitions"))
-    writes = arrow_df(spark, writes_t, FOLD_OUT)
+    pt, rt = _fold_rec(fold_df, "pt", schema("partition_transitions")), _fold_rec(fold_df, "rt", schema("replica_transitions"))
+    writes = fold_df.filter(F.col("rec") == "w")
     parts = [
         D.detect_illegal_partition_transitions(pt),
         D.detect_illegal_replica_transitions(rt),
@@ -163,6 +167,8 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     for p in parts[1:]:
         found = found.unionByName(p.select(*ANOMALIES.column_names))
     found_t = found.toArrow()
+    decoded_df.unpersist()
+    fold_df.unpersist()
     anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, "anomalies"), found_t.cast(_arrow_schema("anomalies"))]))
 
     return Outputs({
@@ -172,7 +178,6 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     })
 
 
-_ID_SCHEMA = T.StructType([T.StructField("event_id", T.StringType())])
 META_SEQ = T.StructType([*schema("metadata_events").fields, T.StructField("_seq", T.IntegerType())])
 
 
@@ -197,6 +202,11 @@ def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFr
     if tbl.num_rows == 0:
         return local_df(spark, [], struct)
     return spark.createDataFrame(tbl.select(struct.fieldNames()).cast(_arrow_schema(struct)))
+
+
+def _fold_rec(fold: DataFrame, rec: str, struct: T.StructType) -> DataFrame:
+    """One record kind of the (cached) fold output, shaped as its table."""
+    return fold.filter(F.col("rec") == rec).select(*[F.col(f.name).cast(f.dataType) for f in struct.fields])
 
 
 def _rec(fold: pa.Table, rec: str, cols: Sequence[str]) -> pa.Table:
