@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from lakehouse.spark_io import read_table, stream_table, write_batch
@@ -49,7 +51,7 @@ def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
     """Batch: all bronze history through one increment from empty state; overwrites every derived table."""
     znodes = read_or_empty(spark, lake, "znode_events")
     decisions = read_or_empty(spark, lake, "controller_decisions")
-    out = run_increment(spark, znodes, decisions, empty_carried(spark), cluster=lake.cluster)
+    out = run_increment(spark, znodes, decisions, empty_carried(), cluster=lake.cluster)
     counts: dict[str, int] = {}
     for table in DERIVED_TABLES:
         lake.ensure(table)
@@ -59,22 +61,52 @@ def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
     return counts
 
 
-def carried_from_lake(spark: SparkSession, lake: Lake) -> Carried:
-    """The state a micro-batch continues from: state tables, log terms, global history, known ids."""
-    meta = read_or_empty(spark, lake, "metadata_events")
-    global_rows = [r.asDict() for r in meta.filter(F.col("type").isin(*GLOBAL_TYPES)).collect()]
-    txn = read_or_empty(spark, lake, "znode_events").filter("source = 'txnlog'").agg(F.min("zxid").alias("lo"), F.max("zxid").alias("m"))
-    txn_row = txn.collect()[0]
-    return Carried(
-        partition_state=read_or_empty(spark, lake, "partition_state"),
-        replica_state=read_or_empty(spark, lake, "replica_state"),
-        log_terms=read_or_empty(spark, lake, "controller_tenure").filter("source = 'logs'"),
-        global_events=global_rows,
-        zk_writes=meta.filter("type = 'PARTITION_STATE_WRITTEN'").select("topic", "partition", "leader", "leader_epoch"),
-        known_event_ids=meta.select("event_id"),
-        txnlog_max_zxid=txn_row["m"],
-        txnlog_min_zxid=txn_row["lo"],
-    )
+class MonitorCarry:
+    """The monitor's carried state: read from the lake once at start, then advanced in memory per batch.
+
+    Only the monitor writes the derived tables (one writer), so after each committed batch the in-memory
+    state equals what a re-read would give, and a micro-batch costs what it touches, not the history.
+    """
+
+    def __init__(self, lake: Lake) -> None:
+        import pyarrow.dataset as ds
+
+        self.lake = lake
+        for table in ("metadata_events", "partition_state", "replica_state", "controller_tenure", "znode_events"):
+            lake.ensure(table)
+        meta_type = ds.field("type")
+        global_rows: list[dict[str, Any]] = lake.scan("metadata_events", where=meta_type.isin(GLOBAL_TYPES)).to_pylist()
+        writes = lake.scan("metadata_events", ["topic", "partition", "leader", "leader_epoch"],
+                           where=meta_type == "PARTITION_STATE_WRITTEN")
+        txn = lake.scan("znode_events", ["zxid"], where=ds.field("source") == "txnlog")["zxid"]
+        lo, hi = (v.as_py() for v in pc.min_max(txn).values())
+        terms = lake.read_arrow("controller_tenure")
+        self.carried = Carried(
+            partition_state=lake.read_arrow("partition_state"), replica_state=lake.read_arrow("replica_state"),
+            log_terms=terms.filter(pc.equal(terms["source"], "logs")), global_events=global_rows,
+            zk_writes=writes, known_ids=self.committed_ids, txnlog_max_zxid=hi, txnlog_min_zxid=lo,
+        )
+
+    def committed_ids(self, lo: int, hi: int) -> set[str]:
+        """metadata_events ids already committed with zxid in [lo, hi] (cross-batch dedupe)."""
+        import pyarrow.dataset as ds
+
+        found = self.lake.scan("metadata_events", ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi))
+        return set(found["event_id"].to_pylist())
+
+    def advance(self, out: Outputs) -> None:
+        """The state after ``out`` was committed."""
+        c = self.carried
+        meta = out["metadata_events"]
+        terms = out["controller_tenure"]
+        writes = meta.filter(pc.equal(meta["type"], "PARTITION_STATE_WRITTEN")).select(["topic", "partition", "leader", "leader_epoch"])
+        lo, hi = out.txnlog_bounds
+        c.partition_state, c.replica_state = out["partition_state"], out["replica_state"]
+        c.log_terms = terms.filter(pc.equal(terms["source"], "logs"))
+        c.global_events = c.global_events + meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
+        c.zk_writes = writes if c.zk_writes is None else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)])
+        c.txnlog_min_zxid = min([v for v in (lo, c.txnlog_min_zxid) if v is not None], default=None)
+        c.txnlog_max_zxid = max([v for v in (hi, c.txnlog_max_zxid) if v is not None], default=None)
 
 
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:
@@ -108,7 +140,8 @@ def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) ->
 
 
 def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
-                  publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False) -> int:
+                  publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
+                  carry: MonitorCarry | None = None) -> int:
     """One foreachBatch call: split the unioned bronze rows, run the increment, write it exactly once.
 
     A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
@@ -119,11 +152,13 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     replay = _committed(lake, "metadata_events", batch_id)
     znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
     decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
-    carried = carried_from_lake(spark, lake)
-    if replay:
-        carried.known_event_ids = None  # this batch's own events are already in the table
+    carry = carry or MonitorCarry(lake)
+    carried = carry.carried
+    if replay:  # this batch's own events are already in the table
+        carried = dataclasses.replace(carried, known_ids=None)
     out = run_increment(spark, znodes, decisions, carried, cluster=lake.cluster)
     rows = write_increment(out, lake, MONITOR_WRITER, batch_id).to_pylist()
+    carry.advance(out)
     if quality:
         check_batch(spark, lake, out, batch_id)
     if publish is not None and not replay:
@@ -141,8 +176,9 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
     z = stream_table(spark, lake, "znode_events", max_versions_per_trigger).withColumn("_src", F.lit("z"))
     d = stream_table(spark, lake, "controller_decisions", max_versions_per_trigger).withColumn("_src", F.lit("d"))
     both = z.unionByName(d, allowMissingColumns=True)
+    carry = MonitorCarry(lake)
     writer = both.writeStream.foreachBatch(
-        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality)
+        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry)
     ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
     if available_now:
         writer = writer.trigger(availableNow=True)

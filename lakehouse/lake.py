@@ -187,6 +187,12 @@ class Lake:
         dt = self.snapshot(table, version=version, as_of=as_of)
         return self.conform_read(table, dt.to_pyarrow_table())
 
+    def scan(self, table: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
+        """Current rows matching a pyarrow ``where`` expression (files pruned by their statistics)."""
+        if self.version(table) is None:
+            return self.conform_read(table, arrow_schema(table).empty_table()).select(columns or arrow_schema(table).names)
+        return self._load(table).to_pyarrow_dataset().to_table(columns=columns, filter=where)
+
     def snapshot(self, table: str, version: int | None = None, as_of: datetime | None = None) -> DeltaTable:
         """A delta-rs DeltaTable pinned to a version or a time (time travel)."""
         if version is not None and as_of is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -68,14 +68,18 @@ APPEND_TABLES = frozenset({"metadata_events", "quarantine", "partition_transitio
 
 @dataclass
 class Carried:
-    """What an increment continues from (all empty for a rebuild: ``empty`` skips the merges then)."""
+    """What an increment continues from, held on the driver as Arrow (all empty for a rebuild).
 
-    partition_state: DataFrame
-    replica_state: DataFrame
-    log_terms: DataFrame  # controller_tenure rows with source 'logs'
+    The monitor keeps it in memory between micro-batches (``jobs._common.MonitorCarry``), so a batch costs
+    what it touches, not the whole history: only the touched keys' state is shipped to Spark as fold seeds.
+    """
+
+    partition_state: pa.Table
+    replica_state: pa.Table
+    log_terms: pa.Table  # controller_tenure rows with source 'logs'
     global_events: list[dict[str, Any]] = field(default_factory=list)  # committed global metadata events
-    zk_writes: DataFrame | None = None  # committed state writes: topic, partition, leader, leader_epoch
-    known_event_ids: DataFrame | None = None  # committed metadata_events ids (cross-batch dedupe)
+    zk_writes: pa.Table | None = None  # committed state writes: topic, partition, leader, leader_epoch
+    known_ids: Callable[[int, int], set[str]] | None = None  # committed metadata_events ids with zxid in [lo, hi]
     txnlog_max_zxid: int | None = None  # highest zxid the txnlog collector has delivered (gap suppression)
     txnlog_min_zxid: int | None = None  # lowest one: between both, the txnlog is the lossless history
     empty: bool = False
@@ -86,16 +90,15 @@ class Outputs:
     """Every derived table of one increment, collected to the driver ONCE as Arrow (small per increment)."""
 
     tables: dict[str, pa.Table]
+    txnlog_bounds: tuple[int | None, int | None] = (None, None)  # this increment's txnlog zxid range
 
     def __getitem__(self, table: str) -> pa.Table:
         return self.tables[table]
 
 
-def empty_carried(spark: SparkSession) -> Carried:
-    def empty(t: str) -> DataFrame:
-        return local_df(spark, [], schema(t))
-
-    return Carried(empty("partition_state"), empty("replica_state"), empty("controller_tenure"), empty=True)
+def empty_carried() -> Carried:
+    return Carried(_empty_arrow("partition_state"), _empty_arrow("replica_state"), _empty_arrow("controller_tenure"),
+                   empty=True)
 
 
 def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataFrame, carried: Carried, *,
@@ -114,29 +117,33 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     decoded = decoded_df.toArrow()
     meta_t, quarantine_t = split_decoded(decoded)
     meta = decoded_df.filter("_ok").select(*META_SEQ.fieldNames())
-    if carried.known_event_ids is not None and meta_t.num_rows:
-        known = carried.known_event_ids.join(meta.select("event_id"), "event_id", "left_semi")
-        known_ids = set(known.toArrow().column("event_id").to_pylist())
-        if known_ids:
-            meta_t = meta_t.filter(pc.invert(pc.is_in(meta_t["event_id"], pa.array(sorted(known_ids), pa.string()))))
-            meta = meta.join(F.broadcast(known), "event_id", "left_anti").select(*META_SEQ.fieldNames())
-    txn_max = _txnlog_max(znode_events, carried.txnlog_max_zxid)
+    if carried.known_ids is not None and meta_t.num_rows:
+        lo, hi = pc.min_max(meta_t["zxid"]).values()
+        committed_ids = carried.known_ids(lo.as_py(), hi.as_py())
+        known = pc.is_in(meta_t["event_id"], pa.array(sorted(committed_ids), pa.string()))
+        if pc.any(known).as_py():  # the same change committed by an earlier batch (another collector)
+            meta_t = meta_t.filter(pc.invert(known))
+            meta = meta.filter(~F.col("event_id").isin(sorted(committed_ids)))
+    txn_lo, txn_hi = _txnlog_bounds(znode_events)
+    txn_max = max([v for v in (txn_hi, carried.txnlog_max_zxid) if v is not None], default=None)
 
     global_rows = _global_rows(meta_t)
     increment_ids = {r["event_id"] for r in global_rows}
     history = [e for e in carried.global_events if e["event_id"] not in increment_ids]
     timeline = replay(cluster, history + global_rows, no_controller_threshold)
 
-    fold_df = _fold(spark, meta, carried, timeline.ctx, kafka_version).cache()
+    seeds = _touched_state(carried, meta_t)
+    fold_df = _fold(spark, meta, seeds, timeline.ctx, kafka_version).cache()
     fold = fold_df.toArrow()
     pt_t = _rec(fold, "pt", PARTITION_TRANSITIONS.column_names)
     rt_t = _rec(fold, "rt", REPLICA_TRANSITIONS.column_names)
-    ps_t = _merge_state(spark, carried.partition_state, _rec(fold, "ps", PARTITION_STATE.column_names), carried.empty)
-    rs_t = _merge_state(spark, carried.replica_state, _rec(fold, "rs", REPLICA_STATE.column_names), carried.empty)
+    ps_t = _merge_state(carried.partition_state, _rec(fold, "ps", PARTITION_STATE.column_names))
+    rs_t = _merge_state(carried.replica_state, _rec(fold, "rs", REPLICA_STATE.column_names))
 
     dec_t = decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
     decs = arrow_df(spark, dec_t, schema("controller_decisions"))
-    log_terms_t = _merge_log_terms(carried.log_terms, decs, cluster).toArrow() if dec_t.num_rows or not carried.empty \
+    carried_terms = arrow_df(spark, carried.log_terms, schema("controller_tenure"))
+    log_terms_t = _merge_log_terms(carried_terms, decs, cluster).toArrow() if dec_t.num_rows or not carried.empty \
         else _empty_arrow("controller_tenure")
     zk_terms_t = _arrow_of(timeline.tenure, "controller_tenure")
     tenure_t = pa.concat_tables([zk_terms_t, log_terms_t.cast(zk_terms_t.schema)])
@@ -153,14 +160,17 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     ]
     if dec_t.num_rows:  # each detector costs Spark work even on empty input: skip them when idle
         zk_writes = writes.select("topic", "partition", "leader", "leader_epoch")
-        if carried.zk_writes is not None:
-            zk_writes = zk_writes.unionByName(carried.zk_writes)
+        if carried.zk_writes is not None:  # only the partitions the logs speak about
+            logged = dec_t.select(["topic", "partition"]).drop_null()
+            keys = carried.zk_writes.join(logged.group_by(["topic", "partition"]).aggregate([]), ["topic", "partition"],
+                                          join_type="left semi")
+            zk_writes = zk_writes.unionByName(arrow_df(spark, keys, _ZK_WRITES))
         log_terms = arrow_df(spark, log_terms_t, schema("controller_tenure"))
         parts += [
             *[det(decs) for det in D.DECISION_DETECTORS if det is not D.detect_illegal_logged_transitions],
             D.detect_illegal_logged_transitions(decs, kafka_version),
             D.detect_decision_zk_divergence(decs, zk_writes),
-            D.detect_split_brain(log_terms).join(D.detect_split_brain(carried.log_terms).select("anomaly_id"),
+            D.detect_split_brain(log_terms).join(D.detect_split_brain(carried_terms).select("anomaly_id"),
                                                  "anomaly_id", "left_anti"),
         ]
     found = parts[0]
@@ -175,9 +185,11 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
         "metadata_events": meta_t.select(list(METADATA_EVENTS.column_names)), "quarantine": quarantine_t,
         "partition_transitions": pt_t, "replica_transitions": rt_t, "anomalies": anomalies_t,
         "controller_tenure": tenure_t, "partition_state": ps_t, "replica_state": rs_t,
-    })
+    }, (txn_lo, txn_hi))
 
 
+_ZK_WRITES = T.StructType([T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+                          T.StructField("leader", T.IntegerType()), T.StructField("leader_epoch", T.IntegerType())])
 META_SEQ = T.StructType([*schema("metadata_events").fields, T.StructField("_seq", T.IntegerType())])
 
 
@@ -218,15 +230,34 @@ def _global_rows(meta: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def _merge_state(spark: SparkSession, carried: DataFrame, new: pa.Table, carried_empty: bool) -> pa.Table:
-    """Carried state rows of untouched keys + the fold's new rows for touched keys."""
-    if carried_empty:
+def _key_of(table: pa.Table) -> pa.Array:
+    """(topic, partition) as one string per row, for membership tests (Arrow joins refuse list columns)."""
+    return pc.binary_join_element_wise(table["topic"], pc.cast(table["partition"], pa.string()), "\x1f")
+
+
+def _merge_state(carried: pa.Table, new: pa.Table) -> pa.Table:
+    """Carried state rows of untouched keys + the fold's new rows for touched keys (on the driver)."""
+    if carried.num_rows == 0:
         return new
-    struct = carried.schema
-    touched = arrow_df(spark, new.select(["topic", "partition"]), T.StructType(
-        [T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType())]))
-    kept = carried.join(touched, ["topic", "partition"], "left_anti").select(*struct.fieldNames()).toArrow()
-    return pa.concat_tables([kept.cast(_arrow_schema(struct)), new.cast(_arrow_schema(struct))])
+    kept = carried.filter(pc.invert(pc.is_in(_key_of(carried), pc.unique(_key_of(new)))))
+    target = carried.schema
+    return pa.concat_tables([kept.select(target.names).cast(target), new.select(target.names).cast(target)])
+
+
+def _touched_state(carried: Carried, meta_t: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The carried partition and replica state of the keys this increment touches (and of deleted topics)."""
+    ps, rs = carried.partition_state, carried.replica_state
+    if ps.num_rows == 0 and rs.num_rows == 0:
+        return ps, rs
+    keyed = meta_t.filter(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)))
+    keys = pc.unique(_key_of(keyed.filter(pc.is_valid(keyed["partition"]))))
+    deleted = pc.unique(keyed.filter(pc.and_(pc.equal(keyed["type"], "TOPIC_DELETED"),
+                                             pc.is_null(keyed["partition"])))["topic"])
+
+    def subset(state: pa.Table) -> pa.Table:
+        return state.filter(pc.or_(pc.is_in(_key_of(state), keys), pc.is_in(state["topic"], deleted)))
+
+    return subset(ps), subset(rs)
 
 
 def _dedupe(tbl: pa.Table) -> pa.Table:
@@ -240,11 +271,10 @@ def _dedupe(tbl: pa.Table) -> pa.Table:
     return tbl.take(pa.array(keep, pa.int64())) if len(keep) < tbl.num_rows else tbl
 
 
-def _txnlog_max(znode_events: DataFrame, carried: int | None) -> int | None:
-    """The highest zxid delivered by the lossless txnlog collector (increment and committed history)."""
-    row = znode_events.filter(F.col("source") == "txnlog").agg(F.max("zxid").alias("m")).collect()[0]
-    values = [v for v in (row["m"], carried) if v is not None]
-    return max(values) if values else None
+def _txnlog_bounds(znode_events: DataFrame) -> tuple[int | None, int | None]:
+    """The lowest and highest zxid this increment's txnlog rows carry (the lossless collector's range)."""
+    row = znode_events.filter(F.col("source") == "txnlog").agg(F.min("zxid").alias("lo"), F.max("zxid").alias("hi")).collect()[0]
+    return row["lo"], row["hi"]
 
 
 def _covered_gap(anomaly: dict[str, Any], txn_max: int | None) -> bool:
@@ -255,12 +285,15 @@ def _covered_gap(anomaly: dict[str, Any], txn_max: int | None) -> bool:
     return inner.get("source") != "txnlog" and bool(anomaly["zxid"] <= txn_max)
 
 
-def _fold(spark: SparkSession, meta: DataFrame, carried: Carried, ctx: GlobalContext, kafka_version: str) -> DataFrame:
+def _fold(spark: SparkSession, meta: DataFrame, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
+          kafka_version: str) -> DataFrame:
     """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
     cols = ["cluster", "topic", "partition", "zxid", "_seq", "ord", "event_time", "type", "leader", "leader_epoch",
             "controller_epoch", "isr", "replicas", "event_id", "state", "seed_replica_ids", "seed_replica_states"]
+    carried_ps = arrow_df(spark, seeds_t[0], schema("partition_state"))
+    carried_rs = arrow_df(spark, seeds_t[1], schema("replica_state"))
     keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
-    known_keys = keyed.select("topic", "partition").unionByName(carried.partition_state.select("topic", "partition")).distinct()
+    known_keys = keyed.select("topic", "partition").unionByName(carried_ps.select("topic", "partition")).distinct()
     # a topic deletion seen without its state znodes: fan out to every partition known for the topic
     topic_deleted = (meta.filter((F.col("type") == "TOPIC_DELETED") & F.col("partition").isNull())
                      .drop("partition").join(known_keys, "topic")
@@ -270,11 +303,11 @@ def _fold(spark: SparkSession, meta: DataFrame, carried: Carried, ctx: GlobalCon
               .withColumn("seed_replica_ids", F.lit(None).cast("array<int>"))
               .withColumn("seed_replica_states", F.lit(None).cast("array<string>")))
     touched = events.select("topic", "partition").distinct()
-    reps = (carried.replica_state.groupBy("topic", "partition")
+    reps = (carried_rs.groupBy("topic", "partition")
             .agg(F.sort_array(F.collect_list(F.struct("replica", "state"))).alias("_r"))
             .select("topic", "partition", F.col("_r.replica").alias("seed_replica_ids"),
                     F.col("_r.state").alias("seed_replica_states")))
-    seeds = (carried.partition_state.join(touched, ["topic", "partition"], "left_semi")
+    seeds = (carried_ps.join(touched, ["topic", "partition"], "left_semi")
              .join(reps, ["topic", "partition"], "left")
              .select("cluster", "topic", "partition", F.col("as_of_zxid").alias("zxid"), F.lit(0).alias("_seq"),
                      F.lit(0).alias("ord"), "event_time", F.lit(SEED).alias("type"), "leader", "leader_epoch",
