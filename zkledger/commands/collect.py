@@ -102,7 +102,8 @@ def _collect_zk(args: argparse.Namespace, ctx: Any) -> str:
         try:
             collector.start()
         except KazooTimeoutError as e:
-            raise UserError(f"cannot connect to ZooKeeper at {args.zk}") from e
+            hint = " over TLS: check [zookeeper.tls] ca, certfile and keyfile" if zs.tls.use_ssl else ""
+            raise UserError(f"cannot connect to ZooKeeper at {args.zk}{hint}") from e
         with Progress(label="znode events") as progress:
             summary = _run_with_progress(collector, stop, progress)
     return _line("zk", summary)

@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--list", action="store_true", help="list the built-in scenarios")
     parser.add_argument("--brokers", type=int, default=None, help="number of brokers (scenario override / offline)")
     parser.add_argument("--offline", action="store_true", help="write a large synthetic history to the bronze tables")
-    parser.add_argument("--events", type=int, default=None, help="--offline: number of events")
+    parser.add_argument("--events", type=int, default=None, help="--offline: number of partition-state writes (broker, controller, topic-assignment and "
+                        "failover rows are extra)")
     parser.add_argument("--partitions", type=int, default=None, help="--offline: partitions; scenario: size override")
     parser.set_defaults(handler=run)
 
