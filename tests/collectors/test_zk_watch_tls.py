@@ -207,7 +207,8 @@ def test_wrong_ca_fails_with_a_clear_error_and_writes_nothing(
     lines = err.strip().splitlines()
     # why (kazoo's warning names the failed verification) and then the one-line outcome
     assert any("CERTIFICATE_VERIFY_FAILED" in line for line in lines), err
-    assert lines[-1] == f"error: cannot connect to ZooKeeper at {tls_zk.secure_hosts}", err
+    assert lines[-1] == (f"error: cannot connect to ZooKeeper at {tls_zk.secure_hosts} over TLS: "
+                         "check [zookeeper.tls] ca, certfile and keyfile"), err
     assert "Traceback" not in err
     assert out == ""
     assert rows(lake) == []
