@@ -1,9 +1,9 @@
 """One increment of the pipeline: bronze rows in, every derived table out.
 
 ``run_increment`` is the only engine: ``zkledger rebuild`` runs it once from empty carried state over all
-history, ``zkledger monitor`` runs it per micro-batch with the state carried in the lake. The per-key fold
-runs per key BUCKET (``repartition`` by (topic, partition), sorted by zxid, one ``mapInArrow`` call per
-bucket), seeded with each touched key's carried row.
+history, ``zkledger monitor`` runs it per micro-batch with the carried state (``Carried``, Arrow on the driver).
+The per-key fold runs per key BUCKET (``repartition`` by (topic, partition), sorted by zxid, one ``mapInArrow``
+call per bucket into ``pipelines.vector_fold``), seeded with each touched key's carried row.
 """
 
 from __future__ import annotations
