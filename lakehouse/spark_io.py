@@ -67,9 +67,8 @@ def read_table(
 
 def _empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     """An empty DataFrame built in the JVM: ``createDataFrame([], schema)`` costs 1-2 s of Python round trips."""
-    from pyspark.sql import functions as F
-
-    return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
+    cols = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name}`" for f in schema.fields)
+    return spark.sql(f"SELECT {cols} WHERE false")  # one py4j call, not one per column
 
 
 def _needs_delta_rs_scan(snap: object) -> bool:

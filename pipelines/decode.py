@@ -52,25 +52,24 @@ _OUT_SCHEMA = T.StructType(
 def dedupe_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
     """One row per (zxid, path, op): the same change seen by several collectors is kept once.
 
-    txnlog rows pass through untouched (lossless, and idempotent per event_id in the lake). Where the txnlog
-    covers a zxid (between its first and last delivered zxid, in this input or the committed ``txnlog_range``),
-    watch/resync rows are dropped: a watch reads after the fact and can stamp a phantom DELETE with a
-    re-creation's zxid. Only the remaining watch/resync rows need the (costly) ranking window.
+    Where the txnlog covers a zxid (between its first and last delivered zxid, in this input or the committed
+    ``txnlog_range``), watch/resync rows are dropped: the txnlog is lossless, while a watch reads after the
+    fact and can stamp a phantom DELETE with a re-creation's zxid. The txnlog's range is one small aggregate
+    joined back (a window over the whole cluster would sort every row in one task).
     """
     is_txn = F.col("source") == "txnlog"
     bounds = df.filter(is_txn).groupBy("cluster").agg(F.min("zxid").alias("_lo"), F.max("zxid").alias("_hi"))
-    others = df.filter(~is_txn).join(F.broadcast(bounds), "cluster", "left")
+    df_b = df.join(F.broadcast(bounds), "cluster", "left")
     covered = F.coalesce(F.col("zxid").between(F.col("_lo"), F.col("_hi")), F.lit(False))
     if txnlog_range is not None:
         covered = covered | F.col("zxid").between(F.lit(txnlog_range[0]), F.lit(txnlog_range[1]))
-    others = others.filter(~covered).drop("_lo", "_hi")
+    kept = df_b.filter(is_txn | ~covered).drop("_lo", "_hi")
     rank = F.coalesce(
         F.create_map(*[x for k, v in SOURCE_RANK.items() for x in (F.lit(k), F.lit(v))])[F.col("source")],
         F.lit(9),
     )
     w = Window.partitionBy("cluster", "zxid", "path", "op").orderBy(rank, F.col("observed_at"), F.col("event_id"))
-    others = others.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn")
-    return df.filter(is_txn).unionByName(others.select(*df.columns))
+    return kept.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn").select(*df.columns)
 
 
 def _utc(ts: datetime | None) -> datetime | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from models.tables import ALL_TABLES, TableSpec
@@ -38,10 +37,16 @@ def schema(table: str) -> T.StructType:
     return struct_of(ALL_TABLES[table])
 
 
+def empty_df(spark: SparkSession, struct: T.StructType) -> DataFrame:
+    """An empty DataFrame of ``struct`` built in the JVM by ONE SQL statement (a py4j call per column otherwise)."""
+    cols = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name}`" for f in struct.fields)
+    return spark.sql(f"SELECT {cols} WHERE false")
+
+
 def local_df(spark: SparkSession, rows: list[dict[str, Any]], struct: T.StructType) -> DataFrame:
     """A small driver-side list as a DataFrame; an empty one is built in the JVM (no Python round trip)."""
     if not rows:
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+        return empty_df(spark, struct)
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
