@@ -214,22 +214,20 @@ def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFr
 
 
 def _union_all(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
-    """One UNION ALL of the detectors' outputs, analysed once (chained ``unionByName`` re-analyses the
-    growing plan at every step: seconds per micro-batch)."""
-    names = []
-    for i, part in enumerate(parts):
-        name = f"_zkledger_detector_{i}"
-        part.createOrReplaceTempView(name)  # every detector output is already shaped as ``anomalies``
-        names.append(name)
-    cols = ", ".join(ANOMALIES.column_names)
-    return spark.sql(" UNION ALL ".join(f"SELECT {cols} FROM {n}" for n in names))
+    """All detector outputs (each already shaped as ``anomalies``) as one positional union, built as a balanced
+    tree: a chain of unions re-analyses the growing plan at every step (seconds per micro-batch)."""
+    names = list(ANOMALIES.column_names)
+    # a USING join (split brain's anti join) puts its key first: align by name before the positional union
+    level = [p if p.columns == names else p.select(*names) for p in parts]
+    while len(level) > 1:
+        level = [level[i].union(level[i + 1]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    return level[0]
 
 
 def _fold_rec(fold: DataFrame, rec: str, struct: T.StructType) -> DataFrame:
-    """One record kind of the (cached) fold output, shaped as its table (one SQL statement: few JVM calls)."""
-    fold.createOrReplaceTempView("_zkledger_fold")
-    cols = ", ".join(f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`" for f in struct.fields)
-    return fold.sparkSession.sql(f"SELECT {cols} FROM _zkledger_fold WHERE rec = '{rec}'")
+    """One record kind of the (cached) fold output, shaped as its table (SQL text: few JVM round trips)."""
+    cols = [f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`" for f in struct.fields]
+    return fold.filter(f"rec = '{rec}'").selectExpr(*cols)
 
 
 def _rec(fold: pa.Table, rec: str, cols: Sequence[str]) -> pa.Table:
