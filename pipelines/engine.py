@@ -173,7 +173,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
             D.detect_split_brain(log_terms).join(D.detect_split_brain(carried_terms).select("anomaly_id"),
                                                  "anomaly_id", "left_anti"),
         ]
-    found_t = _union_all(spark, parts).toArrow()
+    found_t = _union_all(parts).toArrow()
     decoded_df.unpersist()
     fold_df.unpersist()
     anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, "anomalies"), found_t.cast(_arrow_schema("anomalies"))]))
@@ -213,7 +213,7 @@ def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFr
     return spark.createDataFrame(tbl.select(struct.fieldNames()).cast(_arrow_schema(struct)))
 
 
-def _union_all(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
+def _union_all(parts: Sequence[DataFrame]) -> DataFrame:
     """All detector outputs (each already shaped as ``anomalies``) as one positional union, built as a balanced
     tree: a chain of unions re-analyses the growing plan at every step (seconds per micro-batch)."""
     names = list(ANOMALIES.column_names)

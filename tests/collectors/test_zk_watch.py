@@ -34,14 +34,7 @@ def _writes(zk: KazooClient, n: int = 20) -> None:
 
 def _latest_view(lake: Any) -> dict[str, int]:
     """path -> version as the watch rows say, replayed in zxid order."""
-    view: dict[str, int] = {}
-    watch = [r for r in rows(lake) if r["source"] in ("watch", "resync")]
-    for r in sorted(watch, key=lambda r: (r["zxid"], r["op"] != "DELETE")):
-        if r["op"] in ("CREATE", "SET"):
-            view[r["path"]] = r["version"]
-        elif r["op"] == "DELETE":
-            view.pop(r["path"], None)
-    return view
+    return _replay([r for r in rows(lake) if r["source"] in ("watch", "resync")])
 
 
 def _tree(zk: KazooClient, path: str = "/") -> dict[str, int]:
