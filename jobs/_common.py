@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
-from lakehouse.spark_io import read_table, stream_table, write_batch
+from lakehouse.spark_io import drain_available_now, read_table, stream_table, write_batch
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES
 from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
@@ -169,14 +169,17 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
                   available_now: bool = False, max_versions_per_trigger: int | None = None,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None,
-                  quality: bool = False) -> StreamingQuery:
-    """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment."""
-    for table in ("znode_events", "controller_decisions"):
+                  quality: bool = False, carry: MonitorCarry | None = None) -> StreamingQuery:
+    """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment.
+
+    For "process what is there, then stop" use ``drain_monitor``: ``available_now`` alone runs one batch.
+    """
+    for table in STREAMED_TABLES:
         lake.ensure(table)
     z = stream_table(spark, lake, "znode_events", max_versions_per_trigger).withColumn("_src", F.lit("z"))
     d = stream_table(spark, lake, "controller_decisions", max_versions_per_trigger).withColumn("_src", F.lit("d"))
     both = z.unionByName(d, allowMissingColumns=True)
-    carry = MonitorCarry(lake)
+    carry = carry or MonitorCarry(lake)
     writer = both.writeStream.foreachBatch(
         lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry)
     ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
@@ -185,6 +188,26 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
     elif trigger_seconds:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
     return writer.start()
+
+
+def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
+                  publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
+                  max_versions_per_trigger: int | None = None) -> int:
+    """``monitor --available-now``: every bronze row present now is processed, then the monitor stops.
+
+    Runs availableNow queries until the checkpoint covers the tables' current versions (one run usually;
+    two after a crash left an uncommitted batch). Returns the number of runs.
+    """
+    for table in STREAMED_TABLES:
+        lake.ensure(table)
+    carry = MonitorCarry(lake)  # one carried state across the runs: they continue one another
+    return drain_available_now(
+        lambda: start_monitor(spark, lake, checkpoint_dir, available_now=True, publish=publish, quality=quality,
+                              max_versions_per_trigger=max_versions_per_trigger, carry=carry),
+        lake, STREAMED_TABLES)
+
+
+STREAMED_TABLES = ("znode_events", "controller_decisions")
 
 
 def _committed(lake: Lake, table: str, batch_id: int) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from jobs._common import job_args, job_context, start_monitor
+from jobs._common import drain_monitor, job_args, job_context, start_monitor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,10 +19,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     alerter = AnomalyAlerter(settings.monitor.webhook or None)
     root = settings.streaming.checkpoint_root or os.path.join(settings.lake.root, "_checkpoints")
-    query = start_monitor(build_spark(settings, "zkledger-monitor"), lake, os.path.join(root, "monitor"),
-                          trigger_seconds=args.trigger or settings.streaming.trigger_seconds,
-                          available_now=args.available_now, publish=alerter.publish)
-    query.awaitTermination()
+    spark, checkpoint = build_spark(settings, "zkledger-monitor"), os.path.join(root, "monitor")
+    if args.available_now:
+        drain_monitor(spark, lake, checkpoint, publish=alerter.publish)
+    else:
+        start_monitor(spark, lake, checkpoint, trigger_seconds=args.trigger or settings.streaming.trigger_seconds,
+                      publish=alerter.publish).awaitTermination()
     alerter.close()
     return 0
 

@@ -1,6 +1,8 @@
 """A Structured Streaming source over a Delta table, as a PySpark Python Data Source (no Delta jars needed).
 
-Offsets are Delta table versions: ``{"version": v}`` means "every version <= v has been emitted". A
+Offsets are Delta table versions: ``{"version": v, "table": name}`` means "every version <= v of that table has
+been emitted" (the name makes a query's progress and checkpoint readable per source; older offsets without it
+are read the same way). A
 micro-batch ``(start, end]`` reads the Parquet files that the commits ``start+1 .. end`` added
 (``add`` actions with ``dataChange=true`` in ``_delta_log/<v>.json``, the Delta protocol's commit files),
 so each row of an append-only table is emitted exactly once. A commit that removes data (overwrite,
@@ -91,9 +93,10 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     """Reads each new Delta version's added files once; optional admission control in versions.
 
     Spark 4.1's Python sources have no admission-control hook (``latestOffset`` gets no start offset), so
-    the cap is kept here from the offsets Spark plans and commits. It suits processing-time triggers; with
-    ``trigger(availableNow=True)`` Spark asks for the target once, so a capped run stops after one batch
-    of at most ``max_versions`` versions (the next run goes on from there): leave the cap unset there.
+    the cap is kept here from the offsets Spark plans and commits. Nor do they support
+    ``Trigger.AvailableNow``: Spark falls back to ONE micro-batch per run (after a crash, just the replayed
+    uncommitted batch), so a run may stop before the data present at its start is processed.
+    ``spark_io.drain_available_now`` repeats runs until it is.
     """
 
     def __init__(self, path: str, table: str, max_versions: int | None) -> None:
@@ -104,7 +107,10 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
         self._known_end: int | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return {"version": -1}
+        return self._offset(-1)
+
+    def _offset(self, version: int) -> dict[str, Any]:
+        return {"version": version, "table": self.table}
 
     def latestOffset(self) -> dict[str, Any]:
         latest = latest_version(self.path)
@@ -112,7 +118,7 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
             # Spark calls commit(last end) before this on a restart; None means a fresh query (from -1).
             known = -1 if self._known_end is None else self._known_end
             latest = min(latest, known + self.max_versions)
-        return {"version": latest}
+        return self._offset(latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = int(start["version"]) + 1, int(end["version"])

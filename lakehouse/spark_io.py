@@ -7,9 +7,12 @@ and writes go through ``Lake`` (delta-rs).
 
 from __future__ import annotations
 
+import ast
+import json
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakehouse.lake import Lake, WriteMode, crash_point
 from lakehouse.spark_schema import spark_schema
@@ -17,6 +20,7 @@ from lakehouse.spark_schema import spark_schema
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -139,3 +143,54 @@ def stream_table(
     if max_versions_per_trigger is not None:
         reader = reader.option("maxVersionsPerTrigger", str(max_versions_per_trigger))
     return reader.load()
+
+
+def source_end_versions(progress: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The highest Delta version each ``stream_table`` source reached in a query's progress reports."""
+    reached: dict[str, int] = {}
+    for report in progress:
+        for source in report.get("sources", []):
+            offset = _offset_dict(source.get("endOffset"))
+            if isinstance(offset, dict) and "table" in offset and "version" in offset:
+                table, version = str(offset["table"]), int(offset["version"])
+                reached[table] = max(version, reached.get(table, -1))
+    return reached
+
+
+def _offset_dict(end: Any) -> Any:
+    """A source's end offset from a progress report: JSON, or (Python sources) the dict's repr."""
+    if not isinstance(end, str):
+        return end
+    try:
+        return json.loads(end)
+    except ValueError:
+        try:
+            return ast.literal_eval(end)
+        except (ValueError, SyntaxError):
+            return None
+
+
+MAX_DRAIN_RUNS = 10_000
+"""A guard against a source that never reports progress (each run commits at least one new batch)."""
+
+
+def drain_available_now(start: Callable[[], StreamingQuery], lake: Lake, tables: Sequence[str]) -> int:
+    """Process everything the streamed ``tables`` hold now, then stop; returns how many runs it took.
+
+    ``start`` starts one ``trigger(availableNow=True)`` query. Spark 4.1 runs one micro-batch per such
+    query on a Python source (after a crash: only the replayed uncommitted batch), so runs are repeated
+    until every source's committed offset reaches the version that was current when draining began.
+    """
+    from lakehouse.delta_source import latest_version
+
+    targets = {t: latest_version(lake.table_path(t)) for t in tables}
+    for run in range(1, MAX_DRAIN_RUNS + 1):
+        query = start()
+        query.awaitTermination()
+        reached = source_end_versions(query.recentProgress)
+        behind = {t: v for t, v in targets.items() if reached.get(t, -1) < v}
+        # no batch ran: the checkpoint already covers everything; no named offsets: Delta's own source
+        if not reached or not behind:
+            return run
+        log.info("availableNow run %d stopped before the targets %s; running again", run, behind)
+    raise RuntimeError(f"availableNow did not reach {targets} after {MAX_DRAIN_RUNS} runs")

@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    from jobs._common import start_monitor
+    from jobs._common import drain_monitor, start_monitor
     from zkledger.alerts import AnomalyAlerter
     from zkledger.errors import UserError
 
@@ -35,10 +35,16 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         raise UserError(str(exc)) from exc
     checkpoint = os.path.join(ctx.settings.streaming.checkpoint_root or os.path.join(ctx.lake_root, "_checkpoints"),
                               "monitor")
+    quality = args.quality or ctx.settings.monitor.quality_each_batch
+    if args.available_now:
+        try:
+            drain_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, publish=alerter.publish, quality=quality)
+        finally:
+            alerter.close()
+        return f"monitor caught up and stopped: {alerter.count} anomalies published"
     trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
     query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
-                          available_now=args.available_now, publish=alerter.publish,
-                          quality=args.quality or ctx.settings.monitor.quality_each_batch)
+                          publish=alerter.publish, quality=quality)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
