@@ -1,4 +1,4 @@
-"""Subprocess for the streaming crash test: znode_events of one lake streamed into another, availableNow.
+"""Subprocess for the streaming crash test: znode_events of one lake streamed into another, drained (availableNow).
 
 usage: python lake_stream_job.py SRC_ROOT SINK_ROOT CHECKPOINT
 (set ZKLEDGER_LAKE_CRASH=<stage>:<batch_id> to SIGKILL the driver in the middle of a micro-batch)
@@ -9,10 +9,11 @@ from __future__ import annotations
 import sys
 
 from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
 
 from conf.settings import load_settings
 from lakehouse import Lake
-from lakehouse.spark_io import stream_table, write_batch
+from lakehouse.spark_io import drain_available_now, stream_table, write_batch
 from zkledger.spark import build_spark
 
 WRITER = "stream:test"
@@ -25,14 +26,16 @@ def main(argv: list[str]) -> int:
     def sink_batch(df: DataFrame, batch_id: int) -> None:
         write_batch(df, sink, "znode_events", WRITER, batch_id)
 
-    query = (
-        stream_table(spark, src, "znode_events")
-        .writeStream.foreachBatch(sink_batch)
-        .option("checkpointLocation", argv[2])
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    def start() -> StreamingQuery:
+        return (
+            stream_table(spark, src, "znode_events")
+            .writeStream.foreachBatch(sink_batch)
+            .option("checkpointLocation", argv[2])
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    drain_available_now(start, src, ["znode_events"])
     spark.stop()
     return 0
 
