@@ -15,6 +15,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from jobs._monitor_start import (
+    MONITOR_WRITER,
+    REBUILD_WRITER,
+    MonitorStart,
+    plan_monitor_start,
+    writer_metadata,
+)
 from lakehouse.spark_io import drain_available_now, read_table, stream_table, write_batch
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES
@@ -28,8 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REBUILD_WRITER = "rebuild"
-
 
 def job_args(argv: Sequence[str] | None, description: str) -> argparse.Namespace:
     """--conf/--lake/--cluster, as the CLI's global options."""
@@ -42,21 +47,28 @@ def job_args(argv: Sequence[str] | None, description: str) -> argparse.Namespace
     return p.parse_args(argv)
 
 
-def read_or_empty(spark: SparkSession, lake: Lake, table: str) -> DataFrame:
+def read_or_empty(spark: SparkSession, lake: Lake, table: str, version: int | None = None) -> DataFrame:
     lake.ensure(table)
-    return read_table(spark, lake, table)
+    return read_table(spark, lake, table, version=version)
 
 
 def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
-    """Batch: all bronze history through one increment from empty state; overwrites every derived table."""
-    znodes = read_or_empty(spark, lake, "znode_events")
-    decisions = read_or_empty(spark, lake, "controller_decisions")
+    """Batch: all bronze history through one increment from empty state; overwrites every derived table.
+
+    The bronze versions read are recorded with the commits, so a new monitor continues right after them.
+    """
+    for table in STREAMED_TABLES:
+        lake.ensure(table)
+    versions = {t: int(lake.version(t) or 0) for t in STREAMED_TABLES}  # one snapshot, even while collectors write
+    znodes = read_or_empty(spark, lake, "znode_events", versions["znode_events"])
+    decisions = read_or_empty(spark, lake, "controller_decisions", versions["controller_decisions"])
     out = run_increment(spark, znodes, decisions, empty_carried(), cluster=lake.cluster)
     counts: dict[str, int] = {}
+    meta = writer_metadata(REBUILD_WRITER, versions)
     for table in DERIVED_TABLES:
         lake.ensure(table)
         seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
-        write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode="overwrite")
+        write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode="overwrite", metadata=meta)
         counts[table] = out[table].num_rows
     return counts
 
@@ -111,13 +123,12 @@ class MonitorCarry:
 
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:
     """Write one micro-batch's outputs exactly once (state tables last); returns its new anomalies."""
+    meta = writer_metadata(writer_id)
     for table in DERIVED_TABLES:
         lake.ensure(table)
-        write_batch(out[table], lake, table, writer_id, batch_seq, mode="append" if table in APPEND_TABLES else "overwrite")
+        write_batch(out[table], lake, table, writer_id, batch_seq, mode="append" if table in APPEND_TABLES else "overwrite",
+                    metadata=meta)
     return out["anomalies"]
-
-
-MONITOR_WRITER = "monitor"
 
 
 QUALITY_EACH_BATCH_TABLES = ("metadata_events", "partition_transitions", "replica_transitions", "anomalies")
@@ -141,12 +152,14 @@ def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) ->
 
 def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
-                  carry: MonitorCarry | None = None) -> int:
+                  carry: MonitorCarry | None = None, batch_base: int = 0) -> int:
     """One foreachBatch call: split the unioned bronze rows, run the increment, write it exactly once.
 
     A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
     (same inputs -> same rows and ids) and the per-table app transaction drops what was already written.
+    The app-transaction version is ``batch_base + batch_id`` (a new checkpoint continues the numbering).
     """
+    batch_id += batch_base
     if _committed(lake, "partition_state", batch_id):
         return 0
     replay = _committed(lake, "metadata_events", batch_id)
@@ -169,19 +182,23 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
                   available_now: bool = False, max_versions_per_trigger: int | None = None,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None,
-                  quality: bool = False, carry: MonitorCarry | None = None) -> StreamingQuery:
+                  quality: bool = False, carry: MonitorCarry | None = None,
+                  start: MonitorStart | None = None) -> StreamingQuery:
     """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment.
 
     For "process what is there, then stop" use ``drain_monitor``: ``available_now`` alone runs one batch.
     """
     for table in STREAMED_TABLES:
         lake.ensure(table)
-    z = stream_table(spark, lake, "znode_events", max_versions_per_trigger).withColumn("_src", F.lit("z"))
-    d = stream_table(spark, lake, "controller_decisions", max_versions_per_trigger).withColumn("_src", F.lit("d"))
+    start = start or plan_monitor_start(lake, checkpoint_dir)
+    after = start.after_versions or {}
+    z, d = (stream_table(spark, lake, t, max_versions_per_trigger, after.get(t)).withColumn("_src", F.lit(tag))
+            for t, tag in (("znode_events", "z"), ("controller_decisions", "d")))
     both = z.unionByName(d, allowMissingColumns=True)
     carry = carry or MonitorCarry(lake)
+    base = start.batch_base
     writer = both.writeStream.foreachBatch(
-        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry)
+        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry, base)
     ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -200,10 +217,11 @@ def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
     """
     for table in STREAMED_TABLES:
         lake.ensure(table)
+    start = plan_monitor_start(lake, checkpoint_dir)
     carry = MonitorCarry(lake)  # one carried state across the runs: they continue one another
     return drain_available_now(
         lambda: start_monitor(spark, lake, checkpoint_dir, available_now=True, publish=publish, quality=quality,
-                              max_versions_per_trigger=max_versions_per_trigger, carry=carry),
+                              max_versions_per_trigger=max_versions_per_trigger, carry=carry, start=start),
         lake, STREAMED_TABLES)
 
 

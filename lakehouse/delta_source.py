@@ -99,15 +99,16 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     ``spark_io.drain_available_now`` repeats runs until it is.
     """
 
-    def __init__(self, path: str, table: str, max_versions: int | None) -> None:
+    def __init__(self, path: str, table: str, max_versions: int | None, after_version: int = -1) -> None:
         self.path = path
         self.table = table
         self.max_versions = max_versions
+        self.after_version = after_version  # a new query starts after it (Spark uses the checkpoint's otherwise)
         # The highest end offset Spark has planned or committed, to cap the next batch (admission control).
         self._known_end: int | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._offset(-1)
+        return self._offset(self.after_version)
 
     def _offset(self, version: int) -> dict[str, Any]:
         return {"version": version, "table": self.table}
@@ -116,7 +117,7 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
         latest = latest_version(self.path)
         if self.max_versions is not None:
             # Spark calls commit(last end) before this on a restart; None means a fresh query (from -1).
-            known = -1 if self._known_end is None else self._known_end
+            known = self.after_version if self._known_end is None else self._known_end
             latest = min(latest, known + self.max_versions)
         return self._offset(latest)
 
@@ -155,7 +156,8 @@ class DeltaVersionSource(DataSource):
     """``spark.readStream.format("zkledger_delta").option("path", ...).option("table", ...)``.
 
     Options (strings, as Spark passes them): ``path`` (table folder), ``table`` (models.tables name, gives
-    the schema), ``maxVersionsPerTrigger`` (optional admission control).
+    the schema), ``maxVersionsPerTrigger`` (optional admission control), ``afterVersion`` (a new query skips
+    the versions up to it).
     """
 
     @classmethod
@@ -170,7 +172,8 @@ class DeltaVersionSource(DataSource):
         max_versions = int(raw) if raw else None
         if max_versions is not None and max_versions < 1:
             raise ValueError("maxVersionsPerTrigger must be >= 1")
-        return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions)
+        after = int(self.options.get("afterVersion") or -1)
+        return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions, after)
 
     def _option(self, key: str) -> str:
         value = self.options.get(key)

@@ -108,15 +108,21 @@ class Lake:
                 raise
 
     # ----------------------------------------------------------------- write
-    def append(self, table: str, rows: Rows, writer_id: str, batch_seq: int) -> bool:
-        """Append rows once per ``(writer_id, batch_seq)``; False when the batch was already committed."""
-        return self._write(table, rows, writer_id, batch_seq, "append")
+    def append(self, table: str, rows: Rows, writer_id: str, batch_seq: int,
+               metadata: Mapping[str, str] | None = None) -> bool:
+        """Append rows once per ``(writer_id, batch_seq)``; False when the batch was already committed.
 
-    def overwrite(self, table: str, rows: Rows, writer_id: str, batch_seq: int) -> bool:
+        ``metadata`` goes into the commit's info (``history()``), e.g. which bronze versions a rebuild read.
+        """
+        return self._write(table, rows, writer_id, batch_seq, "append", metadata)
+
+    def overwrite(self, table: str, rows: Rows, writer_id: str, batch_seq: int,
+                  metadata: Mapping[str, str] | None = None) -> bool:
         """Replace the table's contents once per ``(writer_id, batch_seq)``; False when already done."""
-        return self._write(table, rows, writer_id, batch_seq, "overwrite")
+        return self._write(table, rows, writer_id, batch_seq, "overwrite", metadata)
 
-    def _write(self, table: str, rows: Rows, writer_id: str, batch_seq: int, mode: WriteMode) -> bool:
+    def _write(self, table: str, rows: Rows, writer_id: str, batch_seq: int, mode: WriteMode,
+               metadata: Mapping[str, str] | None = None) -> bool:
         if batch_seq < 0:
             raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
         data = self.conform(table, rows)
@@ -133,7 +139,8 @@ class Lake:
                     path,
                     data,
                     mode=mode,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)]),
+                    commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
+                                                       custom_metadata=dict(metadata) if metadata else None),
                 )
             except CommitFailedError as e:
                 # A concurrent writer won the race for this version (e.g. overwrite vs append).

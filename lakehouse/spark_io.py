@@ -20,7 +20,7 @@ from lakehouse.spark_schema import spark_schema
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ def write_batch(
     writer_id: str,
     batch_seq: int,
     mode: WriteMode = "append",
+    metadata: Mapping[str, str] | None = None,
 ) -> bool:
     """Write a (micro-)batch DataFrame once per ``(writer_id, batch_seq)``; for ``foreachBatch``.
 
@@ -108,9 +109,9 @@ def write_batch(
     data = df if _is_arrow(df) else df.toArrow()
     crash_point("before_write", batch_seq)
     if mode == "append":
-        return lake.append(table, data, writer_id=writer_id, batch_seq=batch_seq)
+        return lake.append(table, data, writer_id=writer_id, batch_seq=batch_seq, metadata=metadata)
     if mode == "overwrite":
-        return lake.overwrite(table, data, writer_id=writer_id, batch_seq=batch_seq)
+        return lake.overwrite(table, data, writer_id=writer_id, batch_seq=batch_seq, metadata=metadata)
     raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
 
 
@@ -125,15 +126,21 @@ def stream_table(
     lake: Lake,
     table: str,
     max_versions_per_trigger: int | None = None,
+    after_version: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame emitting each Delta version's new rows once (offsets = table versions).
 
     ``max_versions_per_trigger`` caps how many versions one micro-batch takes (admission control).
+    ``after_version``: a new query starts after this version (the versions up to it are already processed,
+    e.g. by a rebuild); an existing checkpoint's offsets take precedence, as in Spark.
     An overwrite/delete version in the source stops the query with ``DeltaChangeNotSupported``.
     """
     if _engine(spark) == "delta":
         # Delta's own source has no per-version cap; it is left unbounded here.
-        return spark.readStream.format("delta").load(lake.table_path(table))
+        delta = spark.readStream.format("delta")
+        if after_version is not None:
+            delta = delta.option("startingVersion", str(after_version + 1))
+        return delta.load(lake.table_path(table))
     from lakehouse.delta_source import SOURCE_NAME, DeltaVersionSource
 
     spark.dataSource.register(DeltaVersionSource)
@@ -142,6 +149,8 @@ def stream_table(
     )
     if max_versions_per_trigger is not None:
         reader = reader.option("maxVersionsPerTrigger", str(max_versions_per_trigger))
+    if after_version is not None:
+        reader = reader.option("afterVersion", str(after_version))
     return reader.load()
 
 

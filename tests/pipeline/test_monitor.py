@@ -89,3 +89,61 @@ def test_available_now_after_a_crash_also_processes_what_arrived_while_down(spar
     assert "caught up" in done.stdout
     for table in COMPARED:
         assert _table(stream, table) == _table(batch, table), table
+
+
+def _rebuilt(spark: Any, tmp_path: Path, rows: list[dict[str, Any]]) -> Lake:
+    batch = Lake(tmp_path / "batch", cluster="test")
+    batch.append("znode_events", rows, writer_id="t", batch_seq=1)
+    rebuild(spark, batch)
+    return batch
+
+
+def test_a_new_monitor_continues_where_the_rebuild_ended(spark: Any, tmp_path: Path) -> None:
+    rows = _history()
+    batch = _rebuilt(spark, tmp_path, rows)
+    lake = Lake(tmp_path / "lake", cluster="test")
+    a, b = len(rows) // 3, 2 * len(rows) // 3
+    lake.append("znode_events", rows[:a], writer_id="t", batch_seq=1)
+    rebuild(spark, lake)
+    before = {r["anomaly_id"] for r in lake.read_arrow("anomalies").to_pylist()}
+    lake.append("znode_events", rows[a:b], writer_id="t", batch_seq=2)  # arrives after the rebuild
+    published: list[dict[str, Any]] = []
+    drain_monitor(spark, lake, str(tmp_path / "ckpt"), publish=published.extend)
+    lake.append("znode_events", rows[b:], writer_id="t", batch_seq=3)
+    drain_monitor(spark, lake, str(tmp_path / "ckpt"), publish=published.extend)
+    for table in COMPARED:
+        assert _table(lake, table) == _table(batch, table), table
+    # the monitor publishes exactly what the rebuild had not found
+    rebuilt_ids = {r["anomaly_id"] for r in batch.read_arrow("anomalies").to_pylist()}
+    assert sorted(r["anomaly_id"] for r in published) == sorted(rebuilt_ids - before)
+
+
+def test_a_monitor_checkpoint_older_than_a_rebuild_is_refused_then_continued_from_it(spark: Any,
+                                                                                     tmp_path: Path) -> None:
+    from zkledger.errors import UserError
+
+    rows = _history()
+    batch = _rebuilt(spark, tmp_path, rows)
+    lake = Lake(tmp_path / "lake", cluster="test")
+    half = len(rows) // 2
+    ckpt = tmp_path / "ckpt"
+    lake.append("znode_events", rows[:half], writer_id="t", batch_seq=1)
+    drain_monitor(spark, lake, str(ckpt))
+    rebuild(spark, lake)
+    lake.append("znode_events", rows[half:], writer_id="t", batch_seq=2)
+    with pytest.raises(UserError, match="rebuilt after this monitor's checkpoint"):
+        drain_monitor(spark, lake, str(ckpt))
+    ckpt.rename(tmp_path / "old-ckpt")  # what the message tells the user to do
+    drain_monitor(spark, lake, str(ckpt))
+    for table in COMPARED:
+        assert _table(lake, table) == _table(batch, table), table
+
+
+def test_monitor_output_without_its_checkpoint_asks_for_a_rebuild(spark: Any, tmp_path: Path) -> None:
+    from zkledger.errors import UserError
+
+    lake = Lake(tmp_path / "lake", cluster="test")
+    lake.append("znode_events", _history(), writer_id="t", batch_seq=1)
+    drain_monitor(spark, lake, str(tmp_path / "ckpt"))
+    with pytest.raises(UserError, match="run `zkledger rebuild`"):
+        drain_monitor(spark, lake, str(tmp_path / "another-ckpt"))

@@ -11,8 +11,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "monitor", help="run the pipeline as Spark Structured Streaming queries with checkpoints",
         description="Stream znode_events and controller_decisions through the same increment as `rebuild`, "
-                    "printing each new anomaly as one line when its micro-batch commits. Start it on a lake "
-                    "whose derived tables were not written by `rebuild` (or continue from its checkpoint).")
+                    "printing each new anomaly as one line when its micro-batch commits. A new checkpoint on a "
+                    "rebuilt lake continues where the rebuild ended; an existing one continues from itself.")
     parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None, help="micro-batch interval")
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--webhook", metavar="URL", default=None,
