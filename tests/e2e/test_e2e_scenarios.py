@@ -272,7 +272,7 @@ def _bronze_chunks(src: Any, chunks: int) -> list[list[tuple[str, Any]]]:
 
 def test_monitor_fed_in_chunks_ends_equal_to_the_rebuild(runs: dict[tuple[str, str], Run], spark: Any,
                                                          tmp_path: Path) -> None:
-    from jobs._common import start_monitor
+    from jobs._common import drain_monitor
     from lakehouse import Lake
 
     src = runs[("zombie-controller", "2.0")].txn_lake  # lossless bronze: the run the history is known for
@@ -281,7 +281,7 @@ def test_monitor_fed_in_chunks_ends_equal_to_the_rebuild(runs: dict[tuple[str, s
         for table, rows in chunk:
             if rows.num_rows:
                 dst.append(table, rows, writer_id=f"copy-{table}", batch_seq=seq)
-        start_monitor(spark, dst, str(tmp_path / "checkpoint"), available_now=True).awaitTermination()
+        drain_monitor(spark, dst, str(tmp_path / "checkpoint"))
     assert dst.last_batch_seq("partition_state", "monitor") is not None
     for table in _COMPARED:
         assert _table_rows(dst, table) == _table_rows(src, table), table
