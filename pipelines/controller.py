@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from models.anomalies import SEVERITY, AnomalyKind
 from models.ids import event_id
@@ -120,3 +123,157 @@ def _no_controller(cluster: str, since: dict[str, Any], trigger: dict[str, Any])
     row = anomaly(cluster, AnomalyKind.NO_ACTIVE_CONTROLLER, [since["event_id"]], since,
                   {"reason": "no /controller", "absent_seconds_at_least": gap, "seen_at_zxid": trigger["zxid"]})
     return {**row, "_trigger": trigger["event_id"]}
+
+
+# --- controller findings that join ZooKeeper with the logs or with zombie writes -------------------------
+RESIGN_COLUMNS = ("controller_id", "broker_id", "ts", "kind", "event_id")
+"""The controller_decisions columns ``resign_marks`` reads (the monitor loads them once at start)."""
+
+_NOT_ACTING = ("CONTROLLER_RESIGNED", "CONTROLLER_MOVED", "ELECTION_ERROR")
+"""Controller-attributed log kinds that are not the controller acting (stepping down, failing to be elected)."""
+
+_BROKER_CHANGES = ("BROKER_REGISTERED", "BROKER_DEREGISTERED")
+
+
+def resign_marks(decisions: pa.Table, carried: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Every logged controller resignation with the time its controller next acted (None: not yet seen).
+
+    A mark is ``{controller_id, event_id, ts, next_activity}``. ``carried`` are the marks of earlier
+    increments; this increment's ``decisions`` add resignations and can only move ``next_activity`` earlier,
+    so the marks are the same whichever increments the decisions arrive in. A resignation is the broker's
+    own line: ``controller_id`` from the line's prefix, else the broker whose log it is.
+    """
+    marks = {m["event_id"]: dict(m) for m in carried}
+    for r in _resign_rows(decisions):
+        marks.setdefault(r["event_id"], r)
+    if not marks:
+        return []
+    acting = _acting_us(decisions, {int(m["controller_id"]) for m in marks.values()})
+    for m in marks.values():
+        times = acting.get(int(m["controller_id"]))
+        if times is None:
+            continue
+        later = pc.filter(times, pc.greater(times, _us(m["ts"])))
+        first = pc.min(later).as_py() if len(later) else None
+        if first is not None and (m["next_activity"] is None or first < _us(m["next_activity"])):
+            m["next_activity"] = _from_us(first)
+    return sorted(marks.values(), key=lambda m: (_us(m["ts"]), m["event_id"]))
+
+
+def _resign_rows(decisions: pa.Table) -> list[dict[str, Any]]:
+    rows = decisions.filter(pc.and_(pc.equal(decisions["kind"], "CONTROLLER_RESIGNED"), pc.is_valid(decisions["ts"])))
+    out = []
+    for r in rows.select(["controller_id", "broker_id", "ts", "event_id"]).to_pylist():
+        who = r["controller_id"] if r["controller_id"] is not None else r["broker_id"]
+        if who is not None:
+            out.append({"controller_id": int(who), "event_id": r["event_id"], "ts": _utc(r["ts"]),
+                        "next_activity": None})
+    return out
+
+
+def _acting_us(decisions: pa.Table, ids: set[int]) -> dict[int, pa.Array]:
+    """Per controller id in ``ids``: the times (us since the epoch) of its log lines acting as controller."""
+    ok = pc.and_(pc.and_(pc.is_in(decisions["controller_id"], pa.array(sorted(ids), pa.int32())),
+                         pc.invert(pc.is_in(decisions["kind"], pa.array(_NOT_ACTING)))),
+                 pc.is_valid(decisions["ts"]))
+    rows = decisions.filter(ok)
+    if rows.num_rows == 0:
+        return {}
+    times = pc.cast(pc.cast(rows["ts"], pa.timestamp("us", tz="UTC")), pa.int64())
+    who = rows["controller_id"]
+    return {i: pc.filter(times, pc.equal(who, i)) for i in ids}
+
+
+def no_active_controller(cluster: str, marks: Sequence[dict[str, Any]], tenure: Sequence[dict[str, Any]],
+                         events: Iterable[dict[str, Any]],
+                         reaction: timedelta = DEFAULT_NO_CONTROLLER_THRESHOLD) -> list[dict[str, Any]]:
+    """KAFKA-13407: /controller names X, X resigned in that term, and broker churn gets no controller reaction.
+
+    For each broker (de)registration inside X's open ZooKeeper term: X's latest resignation in the term
+    before it, with no controller action by X since (a ``Ready to serve`` included) up to ``reaction`` after
+    the churn. One row per resignation, at the first such broker change (evidence: both event ids).
+    """
+    found: dict[str, dict[str, Any]] = {}
+    if not marks:
+        return []
+    churn = sorted((e for e in events if e["type"] in _BROKER_CHANGES and e.get("event_time") is not None),
+                   key=lambda e: (e["zxid"], e["event_id"]))
+    for b in churn:
+        term = _term_at(tenure, int(b["zxid"]))
+        if term is None or term["controller_id"] is None or term["start_time"] is None \
+                or b.get("broker") == term["controller_id"]:  # X's own registration ends with its term
+            continue
+        x, t_b = int(term["controller_id"]), _us(b["event_time"])
+        resigned = [m for m in marks if m["controller_id"] == x and _us(term["start_time"]) <= _us(m["ts"]) < t_b]
+        if not resigned:
+            continue
+        r = resigned[-1]  # marks are in time order: the latest resignation before the churn
+        acted = r["next_activity"]
+        if r["event_id"] in found or (acted is not None and _us(acted) <= t_b + reaction // timedelta(microseconds=1)):
+            continue
+        details = {"reason": "controller resigned but still registered (KAFKA-13407)", "resigned_at": r["ts"],
+                   "resign_event": r["event_id"], "broker_change": b["type"], "changed_broker": b.get("broker"),
+                   "message": f"/controller names {x}, which resigned at {r['ts'].isoformat()} and has not acted "
+                              f"since; broker {b.get('broker')} changed with no controller reaction"}
+        found[r["event_id"]] = anomaly(cluster, AnomalyKind.NO_ACTIVE_CONTROLLER, [r["event_id"], b["event_id"]], b,
+                                       details, controller_id=x, controller_epoch=term["controller_epoch"],
+                                       broker=b.get("broker"))
+    return list(found.values())
+
+
+def zk_split_brain(cluster: str, zombie_writes: Sequence[dict[str, Any]],
+                   tenure: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SPLIT_BRAIN from ZooKeeper: a zombie write proves its epoch's controller acted in a newer term.
+
+    ``zombie_writes``: this increment's ZOMBIE_CONTROLLER_WRITE rows. One row per (old epoch, new epoch) pair
+    whose controllers (from the zk terms) are two different ids, at the pair's lowest-zxid write. The id
+    names the pair only (the two terms), so a later increment's writes of the same pair give the same id;
+    the write is appended to the evidence.
+    """
+    first: dict[tuple[int, int], dict[str, Any]] = {}
+    for z in sorted(zombie_writes, key=lambda z: (z["zxid"], z["anomaly_id"])):
+        d = json.loads(z["details"])
+        if d.get("controller_epoch") is not None and d.get("cur_controller_epoch") is not None:
+            first.setdefault((int(d["controller_epoch"]), int(d["cur_controller_epoch"])), z)
+    out = []
+    for (old, new), z in sorted(first.items()):
+        a, b = _id_of_epoch(tenure, old), _id_of_epoch(tenure, new)
+        if a is None or b is None or a == b:
+            continue
+        terms = [f"zk-term:{a}:{old}", f"zk-term:{b}:{new}"]
+        write = (z.get("evidence") or [None])[0]
+        details = {"controller_id": a, "controller_epoch": old, "other_id": b, "other_epoch": new, "source": "zk",
+                   "first_write": write,
+                   "message": f"controller {a} (epoch {old}) wrote partition state after controller {b} "
+                              f"took epoch {new}"}
+        row = anomaly(cluster, AnomalyKind.SPLIT_BRAIN, terms, z, details, controller_id=a, controller_epoch=old)
+        out.append({**row, "evidence": [*terms, *([write] if write else [])]})
+    return out
+
+
+def _id_of_epoch(tenure: Sequence[dict[str, Any]], epoch: int) -> int | None:
+    ids = [t["controller_id"] for t in tenure if t.get("controller_epoch") == epoch and t.get("controller_id") is not None]
+    return int(ids[0]) if ids else None
+
+
+def _term_at(tenure: Sequence[dict[str, Any]], zxid: int) -> dict[str, Any] | None:
+    """The zk term open at ``zxid`` (start inclusive, end exclusive)."""
+    for t in tenure:
+        if t["start_zxid"] <= zxid and (t["end_zxid"] is None or zxid < t["end_zxid"]):
+            return t
+    return None
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def _us(ts: datetime) -> int:
+    return (_utc(ts) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _from_us(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

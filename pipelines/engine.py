@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from models.anomalies import AnomalyKind
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
     ANOMALIES,
@@ -34,7 +35,14 @@ from models.tables import (
     REPLICA_TRANSITIONS,
 )
 from pipelines import detectors as D
-from pipelines.controller import DEFAULT_NO_CONTROLLER_THRESHOLD, GLOBAL_TYPES, replay
+from pipelines.controller import (
+    DEFAULT_NO_CONTROLLER_THRESHOLD,
+    GLOBAL_TYPES,
+    no_active_controller,
+    replay,
+    resign_marks,
+    zk_split_brain,
+)
 from pipelines.decode import decoded_znode_events, split_decoded
 from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
@@ -83,6 +91,8 @@ class Carried:
     txnlog_max_zxid: int | None = None  # highest zxid the txnlog collector has delivered (gap suppression)
     txnlog_min_zxid: int | None = None  # lowest one: between both, the txnlog is the lossless history
     empty: bool = False
+    known_anomaly_ids: set[str] | None = None  # ids already committed in anomalies: not found again
+    resigns: list[dict[str, Any]] | None = None  # controller.resign_marks of the committed decisions
 
 
 @dataclass
@@ -91,6 +101,7 @@ class Outputs:
 
     tables: dict[str, pa.Table]
     txnlog_bounds: tuple[int | None, int | None] = (None, None)  # this increment's txnlog zxid range
+    resigns: list[dict[str, Any]] = field(default_factory=list)  # what the next increment carries as resigns
 
     def __getitem__(self, table: str) -> pa.Table:
         return self.tables[table]
@@ -176,13 +187,23 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     found_t = _union_all(parts).toArrow()
     decoded_df.unpersist()
     fold_df.unpersist()
-    anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, "anomalies"), found_t.cast(_arrow_schema("anomalies"))]))
+    # controller findings on the driver: resignations vs the whole zk timeline, zombie writes vs zk terms
+    resigns = resign_marks(dec_t, carried.resigns or [])
+    zombies = found_t.filter(pc.equal(found_t["kind"], str(AnomalyKind.ZOMBIE_CONTROLLER_WRITE))).to_pylist()
+    controller_anoms = [*no_active_controller(cluster, resigns, timeline.tenure, history + global_rows,
+                                              no_controller_threshold),
+                        *zk_split_brain(cluster, zombies, timeline.tenure)]
+    anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, "anomalies"), found_t.cast(_arrow_schema("anomalies")),
+                                            _arrow_of(controller_anoms, "anomalies")]))
+    if carried.known_anomaly_ids:  # ids are deterministic: one committed by an earlier increment is not new
+        anomalies_t = anomalies_t.filter(pc.invert(pc.is_in(anomalies_t["anomaly_id"],
+                                                            pa.array(sorted(carried.known_anomaly_ids), pa.string()))))
 
     return Outputs({
         "metadata_events": meta_t.select(list(METADATA_EVENTS.column_names)), "quarantine": quarantine_t,
         "partition_transitions": pt_t, "replica_transitions": rt_t, "anomalies": anomalies_t,
         "controller_tenure": tenure_t, "partition_state": ps_t, "replica_state": rs_t,
-    }, (txn_lo, txn_hi))
+    }, (txn_lo, txn_hi), resigns)
 
 
 _ZK_WRITES = T.StructType([T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),

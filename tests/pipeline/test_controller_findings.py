@@ -1,0 +1,208 @@
+"""Controller findings that join sources: SPLIT_BRAIN from zombie writes (zk terms) and NO_ACTIVE_CONTROLLER
+of the KAFKA-13407 shape (/controller names a broker that resigned in the logs and does not react).
+
+Pure rules first (no Spark), then rebuild, then the streaming monitor in several micro-batches == rebuild,
+with the log records arriving before and after the ZooKeeper rows.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from jobs._common import STREAMED_TABLES, rebuild, start_monitor
+from jobs._monitor_start import plan_monitor_start
+from lakehouse import Lake
+from lakehouse.spark_io import drain_available_now
+from models.ids import event_id
+from pipelines.controller import no_active_controller, resign_marks, zk_split_brain
+from pipelines.engine import _arrow_schema
+from tests.pipeline.history import T0, History, decision, wired_carry
+
+COMPARED = ("metadata_events", "partition_transitions", "replica_transitions", "partition_state",
+            "replica_state", "anomalies", "controller_tenure")
+
+
+# --- the rules, on literal rows -------------------------------------------------------------------------
+def _decisions(*rows: dict[str, Any]) -> pa.Table:
+    return pa.Table.from_pylist([{c: r.get(c) for c in _arrow_schema("controller_decisions").names} for r in rows],
+                                schema=_arrow_schema("controller_decisions"))
+
+
+def _term(cid: int, epoch: int, start: int, end: int | None = None) -> dict[str, Any]:
+    return {"controller_id": cid, "controller_epoch": epoch, "start_zxid": start, "end_zxid": end,
+            "start_time": T0 + timedelta(seconds=start), "end_time": None if end is None else T0 + timedelta(seconds=end)}
+
+
+def _churn(zxid: int, broker: int, kind: str = "BROKER_DEREGISTERED") -> dict[str, Any]:
+    return {"type": kind, "zxid": zxid, "broker": broker, "event_time": T0 + timedelta(seconds=zxid),
+            "event_id": event_id("test", "churn", zxid)}
+
+
+RESIGN = decision(6, "CONTROLLER_RESIGNED", controller_id=1, broker_id=1)
+
+
+def _found(*decs: dict[str, Any], terms: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    marks = resign_marks(_decisions(*decs))
+    return no_active_controller("test", marks, terms or [_term(1, 1, 4)], [_churn(8, 3), _churn(9, 2)])
+
+
+def test_resigned_registered_controller_without_reaction_is_one_finding() -> None:
+    got = _found(decision(5, "CONTROLLER_READY", controller_id=1, controller_epoch=1), RESIGN)
+    assert len(got) == 1  # one per resignation, at the first broker change
+    row = got[0]
+    assert (row["kind"], row["controller_id"], row["controller_epoch"], row["broker"], row["zxid"]) == (
+        "NO_ACTIVE_CONTROLLER", 1, 1, 3, 8)
+    assert row["evidence"] == [RESIGN["event_id"], event_id("test", "churn", 8)]
+    assert "KAFKA-13407" in json.loads(row["details"])["reason"]
+
+
+def test_no_finding_when_the_controller_serves_again_or_reacts() -> None:
+    ready_again = decision(7, "CONTROLLER_READY", controller_id=1, controller_epoch=1)
+    reacts = decision(8.5, "BROKER_CHANGE", controller_id=1, controller_epoch=1)
+    reacts_late = decision(60, "BROKER_CHANGE", controller_id=1, controller_epoch=1)
+    assert _found(RESIGN, ready_again) == []  # a normal failover: Ready to serve after the resignation
+    assert _found(RESIGN, reacts) == []  # the churn was handled
+    assert len(_found(RESIGN, reacts_late)) == 1  # 50 s without a controller is not a reaction
+    # resigned before its current term began (then re-elected): not the KAFKA-13407 shape
+    assert _found(RESIGN, terms=[_term(1, 1, 2, 5), _term(1, 2, 7)]) == []
+    # /controller moved on: the resigned broker is not named by ZooKeeper any more
+    assert _found(RESIGN, terms=[_term(1, 1, 4, 7), _term(2, 2, 7)]) == []
+    # a line attributed to another controller, or not acting (moved), does not count as X acting
+    assert len(_found(RESIGN, decision(7, "CONTROLLER_MOVED", controller_id=1),
+                      decision(7.5, "BROKER_CHANGE", controller_id=2))) == 1
+
+
+def test_resign_marks_are_the_same_whichever_increment_the_lines_arrive_in() -> None:
+    lines = [decision(5, "CONTROLLER_READY", controller_id=1), RESIGN,
+             decision(9, "BROKER_CHANGE", controller_id=1), decision(7, "REQUEST_SENT", controller_id=1),
+             decision(10, "CONTROLLER_RESIGNED", broker_id=2, source_file="broker-2/controller.log")]
+    whole = resign_marks(_decisions(*lines))
+    assert [(m["controller_id"], m["next_activity"]) for m in whole] == [
+        (1, T0 + timedelta(seconds=7)), (2, None)]
+    for cut in range(len(lines) + 1):
+        assert resign_marks(_decisions(*lines[cut:]), resign_marks(_decisions(*lines[:cut]))) == whole, cut
+
+
+def _zombie(zxid: int, old: int, new: int) -> dict[str, Any]:
+    details = {"controller_epoch": old, "cur_controller_epoch": new, "leader": 3}
+    return {"kind": "ZOMBIE_CONTROLLER_WRITE", "zxid": zxid, "anomaly_id": f"z{zxid}", "topic": "t", "partition": 0,
+            "event_time": T0, "details": json.dumps(details), "evidence": [f"w{zxid}"]}
+
+
+def test_zk_split_brain_one_row_per_epoch_pair_at_its_first_write() -> None:
+    tenure = [_term(1, 1, 1, 5), _term(2, 2, 5, 9), _term(1, 3, 9)]
+    got = zk_split_brain("test", [_zombie(12, 1, 3), _zombie(8, 1, 2), _zombie(10, 1, 2)], tenure)
+    assert [(r["controller_id"], r["controller_epoch"], r["zxid"], r["evidence"]) for r in got] == [
+        (1, 1, 8, ["zk-term:1:1", "zk-term:2:2", "w8"])]  # (1, 3): the same broker, not two controllers
+    assert json.loads(got[0]["details"])["source"] == "zk"
+    # the id names the pair, not the write: a later increment's write of the pair is the same finding
+    assert zk_split_brain("test", [_zombie(10, 1, 2)], tenure)[0]["anomaly_id"] == got[0]["anomaly_id"]
+    assert zk_split_brain("test", [_zombie(8, 7, 2)], tenure) == []  # epoch 7's controller is unknown
+
+
+# --- through the engine -----------------------------------------------------------------------------------
+def _history() -> History:
+    """Controller 1 (epoch 1) is replaced by 2 (epoch 2) but writes twice more; then 2 resigns, stays
+    /controller, and a broker leaves with no controller reaction."""
+    h = History()
+    h.broker(1).broker(2).broker(3).controller(1, 1)  # zxid 1-5
+    h.topic("t", {0: [1, 2, 3], 1: [1, 2, 3]})
+    h.state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE").state("t", 1, 2, 0, 1, [1, 2, 3], op="CREATE")
+    h.controller(2, 2)  # zxid 9-10
+    h.state("t", 0, 2, 1, 2, [2, 3])
+    h.state("t", 0, 3, 2, 1, [2, 3])  # zxid 12: zombie write (epoch 1 after epoch 2)
+    h.state("t", 1, 3, 1, 1, [1, 2, 3])  # zxid 13: the same zombie again, another partition
+    h.broker(3, op="DELETE")  # zxid 14, 14 s: churn while /controller still names 2
+    return h
+
+
+def _log() -> list[dict[str, Any]]:
+    return [decision(10.5, "CONTROLLER_READY", controller_id=2, controller_epoch=2, broker_id=2),
+            decision(12.5, "CONTROLLER_RESIGNED", controller_id=2, broker_id=2)]
+
+
+def _rows(lake: Any, table: str) -> list[dict[str, Any]]:
+    return lake.read_arrow(table).to_pylist()
+
+
+@pytest.mark.spark
+def test_rebuild_finds_zk_split_brain_and_the_resigned_controller(spark: Any, lake: Any) -> None:
+    h = _history()
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    lake.append("controller_decisions", _log(), writer_id="d", batch_seq=1)
+    rebuild(spark, lake)
+    got = {(r["kind"], r["zxid"]): r for r in _rows(lake, "anomalies")}
+    assert sorted(got) == [("NO_ACTIVE_CONTROLLER", 14), ("SPLIT_BRAIN", 12), ("ZOMBIE_CONTROLLER_WRITE", 12),
+                           ("ZOMBIE_CONTROLLER_WRITE", 13)]
+    split = got[("SPLIT_BRAIN", 12)]
+    assert (split["controller_id"], split["controller_epoch"]) == (1, 1)
+    write = [r["event_id"] for r in _rows(lake, "metadata_events") if r["zxid"] == 12]
+    assert split["evidence"] == ["zk-term:1:1", "zk-term:2:2", *write] and len(write) == 1
+    assert json.loads(split["details"])["other_id"] == 2
+    gone = got[("NO_ACTIVE_CONTROLLER", 14)]
+    assert (gone["controller_id"], gone["broker"]) == (2, 3)
+    churn = [r["event_id"] for r in _rows(lake, "metadata_events") if r["zxid"] == 14]
+    assert gone["evidence"] == [_log()[1]["event_id"], *churn] and len(churn) == 1
+
+
+@pytest.mark.spark
+def test_rebuild_of_a_normal_failover_has_no_controller_finding(spark: Any, lake: Any) -> None:
+    h = History()
+    h.broker(1).broker(2).broker(3).controller(1, 1)
+    h.topic("t", {0: [1, 2, 3]}).state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE")
+    h.add("/controller", "DELETE")  # zxid 8: 1 resigns and lets go of /controller
+    h.controller(2, 2)
+    h.state("t", 0, 2, 1, 2, [2, 3])  # the successor moves leadership at its own epoch: no zombie
+    h.broker(1, op="DELETE").broker(1)
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    lake.append("controller_decisions", [
+        decision(5, "CONTROLLER_READY", controller_id=1, controller_epoch=1),
+        decision(7.5, "CONTROLLER_RESIGNED", controller_id=1),
+        decision(10.5, "CONTROLLER_READY", controller_id=2, controller_epoch=2, source_file="b2/controller.log"),
+        decision(11.5, "CONTROLLER_RESIGNED", controller_id=2, source_file="b2/controller.log"),  # ...and back:
+        decision(11.8, "CONTROLLER_READY", controller_id=2, controller_epoch=2, source_file="b2/controller.log"),
+    ], writer_id="d", batch_seq=1)
+    rebuild(spark, lake)
+    assert _rows(lake, "anomalies") == []
+
+
+def _table(lake: Any, table: str) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in lake.read_arrow(table).to_pylist())
+
+
+def _drain(spark: Any, lake: Lake, ckpt: str, published: list[dict[str, Any]]) -> None:
+    start = plan_monitor_start(lake, ckpt)
+    carry = wired_carry(lake)  # loaded from the lake each drain, as a restarted monitor would
+    drain_available_now(lambda: start_monitor(spark, lake, ckpt, available_now=True, publish=published.extend,
+                                              carry=carry, start=start), lake, STREAMED_TABLES)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("order", ["log-first", "log-last"])
+def test_monitor_in_micro_batches_equals_rebuild(spark: Any, tmp_path: Path, order: str) -> None:
+    rows, log = _history().rows, _log()
+    batch = Lake(tmp_path / "batch", cluster="test")
+    batch.append("znode_events", rows, writer_id="t", batch_seq=1)
+    batch.append("controller_decisions", log, writer_id="d", batch_seq=1)
+    rebuild(spark, batch)
+
+    stream = Lake(tmp_path / "stream", cluster="test")
+    # the two zombie writes in different micro-batches: the split brain must not be found twice
+    steps = [("znode_events", rows[:12]), ("znode_events", rows[12:])]
+    steps = [("controller_decisions", log), *steps] if order == "log-first" else [*steps, ("controller_decisions", log)]
+    published: list[dict[str, Any]] = []
+    for seq, (table, part) in enumerate(steps, start=1):
+        stream.append(table, part, writer_id="t", batch_seq=seq)
+        _drain(spark, stream, str(tmp_path / "ckpt"), published)
+
+    for table in COMPARED:
+        assert _table(stream, table) == _table(batch, table), table
+    kinds = sorted(r["kind"] for r in _rows(batch, "anomalies"))
+    assert kinds == ["NO_ACTIVE_CONTROLLER", "SPLIT_BRAIN", "ZOMBIE_CONTROLLER_WRITE", "ZOMBIE_CONTROLLER_WRITE"]
+    assert sorted(r["kind"] for r in published) == kinds
