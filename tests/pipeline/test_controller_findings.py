@@ -119,6 +119,7 @@ def _history() -> History:
     h.state("t", 0, 3, 2, 1, [2, 3])  # zxid 12: zombie write (epoch 1 after epoch 2)
     h.state("t", 1, 3, 1, 1, [1, 2, 3])  # zxid 13: the same zombie again, another partition
     h.broker(3, op="DELETE")  # zxid 14, 14 s: churn while /controller still names 2
+    h.broker(3)  # zxid 15: more churn, still the same finding
     return h
 
 
@@ -193,9 +194,11 @@ def test_monitor_in_micro_batches_equals_rebuild(spark: Any, tmp_path: Path, ord
     rebuild(spark, batch)
 
     stream = Lake(tmp_path / "stream", cluster="test")
-    # the two zombie writes in different micro-batches: the split brain must not be found twice
-    steps = [("znode_events", rows[:12]), ("znode_events", rows[12:])]
-    steps = [("controller_decisions", log), *steps] if order == "log-first" else [*steps, ("controller_decisions", log)]
+    z, d = "znode_events", "controller_decisions"
+    steps = {  # each finding's evidence complete in one batch, and a later batch where it is found again
+        "log-first": [(d, log), (z, rows[:14]), (z, rows[14:])],  # NO_ACTIVE_CONTROLLER again at zxid 15
+        "log-last": [(z, rows[:12]), (z, rows[12:]), (d, log)],  # the zombie pair again at zxid 13
+    }[order]
     published: list[dict[str, Any]] = []
     for seq, (table, part) in enumerate(steps, start=1):
         stream.append(table, part, writer_id="t", batch_seq=seq)
