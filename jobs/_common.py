@@ -24,7 +24,7 @@ from jobs._monitor_start import (
 )
 from lakehouse.spark_io import drain_available_now, read_table, stream_table, write_batch
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
-from pipelines.controller import GLOBAL_TYPES
+from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
 
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ class MonitorCarry:
         import pyarrow.dataset as ds
 
         self.lake = lake
-        for table in ("metadata_events", "partition_state", "replica_state", "controller_tenure", "znode_events"):
+        for table in ("metadata_events", "partition_state", "replica_state", "controller_tenure", "anomalies",
+                      *STREAMED_TABLES):
             lake.ensure(table)
         meta_type = ds.field("type")
         global_rows: list[dict[str, Any]] = lake.scan("metadata_events", where=meta_type.isin(GLOBAL_TYPES)).to_pylist()
@@ -97,6 +98,10 @@ class MonitorCarry:
             partition_state=lake.read_arrow("partition_state"), replica_state=lake.read_arrow("replica_state"),
             log_terms=terms.filter(pc.equal(terms["source"], "logs")), global_events=global_rows,
             zk_writes=writes, known_ids=self.committed_ids, txnlog_max_zxid=hi, txnlog_min_zxid=lo,
+            # ids already in `anomalies` are not added again (a finding re-found by a later batch);
+            # resignation marks may include decisions not streamed yet: they are keyed by event id
+            known_anomaly_ids=set(lake.scan("anomalies", ["anomaly_id"])["anomaly_id"].to_pylist()),
+            resigns=resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS))),
         )
 
     def committed_ids(self, lo: int, hi: int) -> set[str]:
@@ -119,6 +124,8 @@ class MonitorCarry:
         c.zk_writes = writes if c.zk_writes is None else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)])
         c.txnlog_min_zxid = min([v for v in (lo, c.txnlog_min_zxid) if v is not None], default=None)
         c.txnlog_max_zxid = max([v for v in (hi, c.txnlog_max_zxid) if v is not None], default=None)
+        c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
+        c.resigns = out.resigns
 
 
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:

@@ -66,29 +66,3 @@ def decision(seconds: float, kind: str, *, source_file: str = "controller.log", 
     line = line_no if line_no is not None else int(seconds * 1000)
     return {"cluster": cluster, "ts": T0 + timedelta(seconds=seconds), "source_file": source_file, "line_no": line,
             "kind": kind, "event_id": event_id(cluster, source_file, 0, line), **cols}
-
-
-def wired_carry(lake: Any) -> Any:
-    """``jobs._common.MonitorCarry`` plus the carried state the controller findings need (the lead's wiring).
-
-    Loads the committed anomaly ids and the resignation marks once at start; after each batch adds the
-    batch's anomaly ids and takes the increment's ``Outputs.resigns``.
-    """
-    from jobs._common import MonitorCarry
-    from pipelines.controller import RESIGN_COLUMNS, resign_marks
-
-    class WiredCarry(MonitorCarry):
-        def __init__(self, lake: Any) -> None:
-            super().__init__(lake)
-            for table in ("anomalies", "controller_decisions"):
-                lake.ensure(table)
-            self.carried.known_anomaly_ids = set(lake.scan("anomalies", ["anomaly_id"])["anomaly_id"].to_pylist())
-            self.carried.resigns = resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS)))
-
-        def advance(self, out: Any) -> None:
-            super().advance(out)
-            c = self.carried
-            c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
-            c.resigns = out.resigns
-
-    return WiredCarry(lake)

@@ -15,14 +15,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jobs._common import STREAMED_TABLES, rebuild, start_monitor
-from jobs._monitor_start import plan_monitor_start
+from jobs._common import drain_monitor, rebuild
 from lakehouse import Lake
-from lakehouse.spark_io import drain_available_now
 from models.ids import event_id
 from pipelines.controller import no_active_controller, resign_marks, zk_split_brain
 from pipelines.engine import _arrow_schema
-from tests.pipeline.history import T0, History, decision, wired_carry
+from tests.pipeline.history import T0, History, decision
 
 COMPARED = ("metadata_events", "partition_transitions", "replica_transitions", "partition_state",
             "replica_state", "anomalies", "controller_tenure")
@@ -178,10 +176,7 @@ def _table(lake: Any, table: str) -> list[str]:
 
 
 def _drain(spark: Any, lake: Lake, ckpt: str, published: list[dict[str, Any]]) -> None:
-    start = plan_monitor_start(lake, ckpt)
-    carry = wired_carry(lake)  # loaded from the lake each drain, as a restarted monitor would
-    drain_available_now(lambda: start_monitor(spark, lake, ckpt, available_now=True, publish=published.extend,
-                                              carry=carry, start=start), lake, STREAMED_TABLES)
+    drain_monitor(spark, lake, ckpt, publish=published.extend)  # its carry is loaded from the lake, as on a restart
 
 
 @pytest.mark.spark
