@@ -74,6 +74,11 @@ class StreamingSettings:
 
 
 @dataclass(frozen=True)
+class PipelineSettings:
+    local_max_rows: int
+
+
+@dataclass(frozen=True)
 class CollectSettings:
     batch_size: int
     flush_seconds: float
@@ -100,6 +105,7 @@ class Settings:
     zookeeper: ZooKeeperSettings
     spark: SparkSettings
     streaming: StreamingSettings
+    pipeline: PipelineSettings
     collect: CollectSettings
     monitor: MonitorSettings
     demo: DemoSettings
@@ -121,6 +127,7 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "spark.shuffle_partitions": (lambda v: v > 0, "a positive integer"),
     "spark.log_level": (lambda v: v.upper() in _LOG_LEVELS, "one of " + ", ".join(sorted(_LOG_LEVELS))),
     "streaming.trigger_seconds": (lambda v: v > 0, "a positive number"),
+    "pipeline.local_max_rows": (lambda v: v >= 0, "a non-negative integer (0 = always through Spark)"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
     "monitor.webhook": (lambda v: v == "" or v.startswith(("http://", "https://")), "empty or an http(s) URL"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs._monitor_start import (
@@ -28,7 +29,7 @@ from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from lakehouse import Lake
@@ -52,16 +53,27 @@ def read_or_empty(spark: SparkSession, lake: Lake, table: str, version: int | No
     return read_table(spark, lake, table, version=version)
 
 
-def rebuild(spark: SparkSession, lake: Lake) -> dict[str, int]:
+LOCAL_MAX_ROWS = 200_000
+"""Default of settings ``pipeline.local_max_rows``: increments up to this many bronze rows run in the driver."""
+
+
+def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROWS) -> dict[str, int]:
     """Batch: all bronze history through one increment from empty state; overwrites every derived table.
 
     The bronze versions read are recorded with the commits, so a new monitor continues right after them.
+    A history of at most ``local_max_rows`` bronze rows is read with delta-rs and computed in this process.
     """
     for table in STREAMED_TABLES:
         lake.ensure(table)
     versions = {t: int(lake.version(t) or 0) for t in STREAMED_TABLES}  # one snapshot, even while collectors write
-    znodes = read_or_empty(spark, lake, "znode_events", versions["znode_events"])
-    decisions = read_or_empty(spark, lake, "controller_decisions", versions["controller_decisions"])
+    znodes: DataFrame | pa.Table
+    decisions: DataFrame | pa.Table
+    if sum(lake.row_count(t, versions[t]) for t in STREAMED_TABLES) <= local_max_rows:
+        znodes = lake.read_arrow("znode_events", versions["znode_events"])
+        decisions = lake.read_arrow("controller_decisions", versions["controller_decisions"])
+    else:
+        znodes = read_or_empty(spark, lake, "znode_events", versions["znode_events"])
+        decisions = read_or_empty(spark, lake, "controller_decisions", versions["controller_decisions"])
     out = run_increment(spark, znodes, decisions, empty_carried(), cluster=lake.cluster)
     counts: dict[str, int] = {}
     meta = writer_metadata(REBUILD_WRITER, versions)
@@ -159,19 +171,28 @@ def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) ->
 
 def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
-                  carry: MonitorCarry | None = None, batch_base: int = 0) -> int:
+                  carry: MonitorCarry | None = None, batch_base: int = 0,
+                  local_max_rows: int = LOCAL_MAX_ROWS) -> int:
     """One foreachBatch call: split the unioned bronze rows, run the increment, write it exactly once.
 
     A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
     (same inputs -> same rows and ids) and the per-table app transaction drops what was already written.
     The app-transaction version is ``batch_base + batch_id`` (a new checkpoint continues the numbering).
+    A batch of at most ``local_max_rows`` rows is collected once and computed in this process.
     """
     batch_id += batch_base
     if _committed(lake, "partition_state", batch_id):
         return 0
     replay = _committed(lake, "metadata_events", batch_id)
-    znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
-    decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
+    znodes: DataFrame | pa.Table
+    decisions: DataFrame | pa.Table
+    head = df.limit(local_max_rows + 1).toArrow() if local_max_rows > 0 else None
+    if head is not None and head.num_rows <= local_max_rows:  # all of it: one Spark job for the whole batch
+        znodes = _source_rows(head, "z", ZNODE_EVENTS.column_names)
+        decisions = _source_rows(head, "d", CONTROLLER_DECISIONS.column_names)
+    else:
+        znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
+        decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
     carry = carry or MonitorCarry(lake)
     carried = carry.carried
     if replay:  # this batch's own events are already in the table
@@ -186,11 +207,15 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     return len(rows)
 
 
+def _source_rows(batch: pa.Table, tag: str, columns: Sequence[str]) -> pa.Table:
+    return batch.filter(pc.equal(batch["_src"], tag)).select(list(columns))
+
+
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
                   available_now: bool = False, max_versions_per_trigger: int | None = None,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None,
                   quality: bool = False, carry: MonitorCarry | None = None,
-                  start: MonitorStart | None = None) -> StreamingQuery:
+                  start: MonitorStart | None = None, local_max_rows: int = LOCAL_MAX_ROWS) -> StreamingQuery:
     """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment.
 
     For "process what is there, then stop" use ``drain_monitor``: ``available_now`` alone runs one batch.
@@ -205,7 +230,7 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
     carry = carry or MonitorCarry(lake)
     base = start.batch_base
     writer = both.writeStream.foreachBatch(
-        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry, base)
+        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry, base, local_max_rows)
     ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -216,7 +241,7 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
 
 def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
-                  max_versions_per_trigger: int | None = None) -> int:
+                  max_versions_per_trigger: int | None = None, local_max_rows: int = LOCAL_MAX_ROWS) -> int:
     """``monitor --available-now``: every bronze row present now is processed, then the monitor stops.
 
     Runs availableNow queries until the checkpoint covers the tables' current versions (one run usually;
@@ -228,7 +253,8 @@ def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
     carry = MonitorCarry(lake)  # one carried state across the runs: they continue one another
     return drain_available_now(
         lambda: start_monitor(spark, lake, checkpoint_dir, available_now=True, publish=publish, quality=quality,
-                              max_versions_per_trigger=max_versions_per_trigger, carry=carry, start=start),
+                              max_versions_per_trigger=max_versions_per_trigger, carry=carry, start=start,
+                              local_max_rows=local_max_rows),
         lake, STREAMED_TABLES)
 
 

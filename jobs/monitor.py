@@ -21,10 +21,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = settings.streaming.checkpoint_root or os.path.join(settings.lake.root, "_checkpoints")
     spark, checkpoint = build_spark(settings, "zkledger-monitor"), os.path.join(root, "monitor")
     if args.available_now:
-        drain_monitor(spark, lake, checkpoint, publish=alerter.publish)
+        drain_monitor(spark, lake, checkpoint, publish=alerter.publish, local_max_rows=settings.pipeline.local_max_rows)
     else:
         start_monitor(spark, lake, checkpoint, trigger_seconds=args.trigger or settings.streaming.trigger_seconds,
-                      publish=alerter.publish).awaitTermination()
+                      publish=alerter.publish, local_max_rows=settings.pipeline.local_max_rows).awaitTermination()
     alerter.close()
     return 0
 

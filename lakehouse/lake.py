@@ -194,6 +194,12 @@ class Lake:
         dt = self.snapshot(table, version=version, as_of=as_of)
         return self.conform_read(table, dt.to_pyarrow_table())
 
+    def row_count(self, table: str, version: int | None = None) -> int:
+        """Rows in the table (at a version), from the Parquet footers: no data is read."""
+        if self.version(table) is None:
+            return 0
+        return int(self._load(table, version).to_pyarrow_dataset().count_rows())
+
     def scan(self, table: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
         """Current rows matching a pyarrow ``where`` expression (files pruned by their statistics)."""
         if self.version(table) is None:

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 # txnlog is lossless, watch reads data after the fact, resync is a re-read: prefer them in that order.
 SOURCE_RANK = {"txnlog": 0, "watch": 1, "resync": 2}
+UNKNOWN_SOURCE_RANK = 9
 
 _OUT_SCHEMA = T.StructType(
     [*schema("metadata_events").fields,
@@ -66,7 +67,7 @@ def dedupe_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = No
     kept = df_b.filter(is_txn | ~covered).drop("_lo", "_hi")
     rank = F.coalesce(
         F.create_map(*[x for k, v in SOURCE_RANK.items() for x in (F.lit(k), F.lit(v))])[F.col("source")],
-        F.lit(9),
+        F.lit(UNKNOWN_SOURCE_RANK),
     )
     w = Window.partitionBy("cluster", "zxid", "path", "op").orderBy(rank, F.col("observed_at"), F.col("event_id"))
     return kept.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn").select(*df.columns)
@@ -232,6 +233,46 @@ def _arrow_out_schema() -> pa.Schema:
 def decoded_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
     """Bronze rows after source dedupe, decoded: metadata rows (``_ok``) and quarantine rows (``q_*``) together."""
     return dedupe_znode_events(df, txnlog_range).mapInArrow(_decode_batches, _OUT_SCHEMA)
+
+
+def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
+    """``dedupe_znode_events`` on a driver-side Arrow table (a small increment): the same rule, same rows kept."""
+    if bronze.num_rows == 0:
+        return bronze
+    is_txn = pc.fill_null(pc.equal(bronze["source"], "txnlog"), False)
+    zxid = bronze["zxid"]
+    covered = pa.array(np.zeros(bronze.num_rows, bool))
+    txn = bronze.filter(is_txn)
+    if txn.num_rows:
+        for b in txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")]).to_pylist():
+            inside = pc.and_(pc.greater_equal(zxid, b["zxid_min"]), pc.less_equal(zxid, b["zxid_max"]))
+            covered = pc.or_(covered, pc.fill_null(pc.and_(pc.equal(bronze["cluster"], b["cluster"]), inside), False))
+    if txnlog_range is not None:
+        lo, hi = txnlog_range
+        covered = pc.or_(covered, pc.fill_null(pc.and_(pc.greater_equal(zxid, lo), pc.less_equal(zxid, hi)), False))
+    kept = bronze.filter(pc.or_(is_txn, pc.invert(covered)))
+    ranks = pc.fill_null(pc.index_in(kept["source"], pa.array(list(SOURCE_RANK))), UNKNOWN_SOURCE_RANK)
+    keyed = kept.append_column("_rank", ranks)
+    group = ["cluster", "zxid", "path", "op"]
+    order = pc.sort_indices(keyed, [(c, "ascending", "at_start") for c in (*group, "_rank", "observed_at", "event_id")])
+    ordered = keyed.take(order)
+    # the first row of each (cluster, zxid, path, op) group: a null equals a null, as in Spark's window
+    first = np.ones(ordered.num_rows, bool)
+    if ordered.num_rows > 1:
+        same = np.ones(ordered.num_rows - 1, bool)
+        for c in group:
+            col = ordered[c]
+            a, b = col.slice(1), col.slice(0, ordered.num_rows - 1)
+            eq = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
+            same &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
+        first[1:] = ~same
+    return ordered.filter(pa.array(first)).select(bronze.column_names)
+
+
+def decode_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
+    """``decoded_znode_events`` on a driver-side Arrow table: the same dedupe and the same codec, no Spark job."""
+    batches = list(_decode_batches(dedupe_table(bronze, txnlog_range).to_batches()))
+    return pa.Table.from_batches(batches, schema=_arrow_out_schema()) if batches else _arrow_out_schema().empty_table()
 
 
 def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:

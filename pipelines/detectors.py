@@ -1,114 +1,151 @@
-"""Anomaly detectors: one ``DataFrame -> DataFrame`` function per kind (rows shaped as ``anomalies``).
+"""Anomaly detectors: one ``pa.Table -> pa.Table`` function per kind (rows shaped as ``anomalies``).
 
-Inputs: ``writes`` = enriched partition-state writes from the fold (the write plus the partition's view
-before it and the cluster context at its zxid), ``transitions`` from the fold, ``decisions`` from the logs.
-Ids are ``models.ids.event_id(cluster, kind, *evidence)`` so reruns and replays produce the same rows.
+Inputs are the increment's outputs as the driver holds them anyway for the Delta writes: ``writes`` = enriched
+partition-state writes from the fold (the write plus the partition's view before it and the cluster context at
+its zxid), ``transitions`` from the fold, ``decisions`` from the logs, the bronze rows' gaps. Each rule is a
+vectorised predicate (Arrow kernels, SQL null semantics: a null comparison is "not flagged"); only flagged rows
+are shaped one by one. Ids are ``models.ids.event_id(cluster, kind, *evidence)`` so reruns and replays produce
+the same rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import FAILURE_KINDS, DecisionKind
+from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
-from models.tables import ANOMALIES
+from pipelines.schemas import arrow_schema
 
 K = AnomalyKind
+Mask: TypeAlias = pa.Array | pa.ChunkedArray
+BoolArray = npt.NDArray[np.bool_]
+
+ANOMALY_SCHEMA = arrow_schema("anomalies")
+_ROW_COLUMNS = ("topic", "partition", "replica", "broker", "controller_id", "controller_epoch")
+WRITE_DETAILS = ("leader", "leader_epoch", "controller_epoch", "isr", "replicas", "prev_leader", "prev_leader_epoch",
+                 "prev_isr", "cur_controller_epoch")
+DECISION_DETAILS = ("kind", "from_state", "to_state", "leader", "leader_epoch", "message", "source_file", "line_no")
+TRANSITION_DETAILS = ("from_state", "to_state", "cause")
 
 
-_TYPED_COLUMNS = (("topic", "string"), ("partition", "int"), ("replica", "int"), ("broker", "int"),
-                  ("controller_id", "int"), ("controller_epoch", "int"))
+def shape(rows: pa.Table, mask: Mask, kind: AnomalyKind, details: Sequence[str], *,
+          evidence: Callable[[dict[str, Any]], list[str]] | None = None, time_column: str = "event_time",
+          extra_details: dict[str, Any] | None = None, **cols: str | None) -> pa.Table:
+    """The flagged ``rows`` (``mask``) as anomalies rows of ``kind``.
 
-
-def _anomalies(df: DataFrame, kind: AnomalyKind, evidence: Column, details: Column, **cols: Column) -> DataFrame:
-    """Shape detector output as anomalies rows; id = event_id(cluster, kind, *evidence) (sha1, 24 hex).
-
-    The shaping is one ``selectExpr`` of SQL text: built from Column objects it cost ~500 JVM round trips
-    per detector, and the monitor builds every detector on every micro-batch.
+    ``details`` names the columns kept in the JSON details (nulls left out); ``cols`` maps an anomalies column to
+    the source column that fills it (None: null), otherwise the same-named column is used when present.
+    Evidence is the row's ``event_id`` unless ``evidence`` says otherwise.
     """
-    present = set(df.columns)  # each ``df.columns`` is a round trip to the JVM: ask once
-    with_ev = df.withColumn("evidence", evidence) if "evidence" in present \
-        else df.select("*", evidence.alias("evidence"))
-    with_ev = with_ev.select("*", F.to_json(details).alias("_details"), *[v.alias(f"_o_{k}") for k, v in cols.items()])
-
-    def src(name: str, default: str) -> str:
-        return f"_o_{name}" if name in cols else (f"`{name}`" if name in present else default)
-
-    exprs = {
-        "cluster": "cluster",
-        "anomaly_id": f"substring(sha1(encode(concat_ws(chr(31), cluster, '{kind}', concat_ws(chr(31), evidence)), "
-                      "'UTF-8')), 1, 24)",
-        "kind": f"'{kind}'", "severity": f"'{SEVERITY[kind]}'",
-        "event_time": src("event_time", "event_time"), "detected_at": src("event_time", "event_time"),
-        "zxid": f"CAST({src('zxid', 'NULL')} AS bigint)",
-        **{c: f"CAST({src(c, 'NULL')} AS {t})" for c, t in _TYPED_COLUMNS},
-        "details": "_details", "evidence": "evidence",
-    }
-    return with_ev.selectExpr(*[f"{exprs[c]} AS `{c}`" for c in ANOMALIES.column_names])
+    flagged = rows.filter(pc.fill_null(mask, False)) if rows.num_rows else rows
+    if flagged.num_rows == 0:
+        return ANOMALY_SCHEMA.empty_table()
+    out: list[dict[str, Any]] = []
+    for r in flagged.to_pylist():
+        ev = evidence(r) if evidence is not None else [r["event_id"]]
+        d = {k: r[k] for k in details if r.get(k) is not None}
+        d.update(extra_details or {})
+        row = {"cluster": r["cluster"], "anomaly_id": event_id(r["cluster"], str(kind), *ev), "kind": str(kind),
+               "severity": SEVERITY[kind], "event_time": r.get(time_column), "detected_at": r.get(time_column),
+               "zxid": r.get("zxid"), "details": json.dumps(d, sort_keys=True, default=str), "evidence": ev}
+        for c in _ROW_COLUMNS:
+            src = cols.get(c, c)
+            row[c] = r.get(src) if src is not None else None
+        out.append(row)
+    return pa.Table.from_pylist(out, schema=ANOMALY_SCHEMA)
 
 
-def _w_details() -> Column:
-    return F.struct("leader", "leader_epoch", "controller_epoch", "isr", "replicas", "prev_leader",
-                    "prev_leader_epoch", "prev_isr", "cur_controller_epoch")
+def concat(parts: Sequence[pa.Table]) -> pa.Table:
+    tables = [p.select(ANOMALY_SCHEMA.names).cast(ANOMALY_SCHEMA) for p in parts if p.num_rows]
+    return pa.concat_tables(tables) if tables else ANOMALY_SCHEMA.empty_table()
 
 
-def _ev_of(*names: str) -> Column:
-    return F.array(*[F.col(n) for n in names])
+# --- list helpers (vectorised over the flattened lists) --------------------------------------------------------
+def _flat(lists: Mask) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """(owning row, value as float with NaN for null) of every element of a list<int> column."""
+    arr = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    parents = pc.list_parent_indices(arr).to_numpy().astype(np.int64)
+    values = pc.cast(pc.list_flatten(arr), pa.float64()).to_numpy(zero_copy_only=False)
+    return parents, values
 
 
-def _changed_leadership() -> Column:
-    return (F.col("prev_leader").isNull() | (F.col("leader") != F.col("prev_leader"))
-            | (F.col("leader_epoch") > F.col("prev_leader_epoch")))
+def list_contains(lists: Mask, values: Mask) -> pa.Array:
+    """SQL ``array_contains(lists, values)``: null where the list or the value is null."""
+    n = len(lists)
+    parents, flat = _flat(lists)
+    want = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+    hit = np.zeros(n, bool)
+    match = flat == want[parents]
+    hit[parents[match]] = True
+    null = ~pc.is_valid(lists).to_numpy(zero_copy_only=False) | np.isnan(want)
+    return pa.array(hit, pa.bool_(), mask=null)
 
 
-# --- from the fold --------------------------------------------------------------------------------------
-def detect_illegal_partition_transitions(transitions: DataFrame) -> DataFrame:
-    bad = transitions.filter(~F.col("legal"))
-    return _anomalies(bad, K.ILLEGAL_PARTITION_TRANSITION, _ev_of("event_id"),
-                      F.struct("from_state", "to_state", "cause", F.lit("zk").alias("source")))
+def list_has_outside(lists: Mask, allowed: Mask) -> BoolArray:
+    """Per row: some element of ``lists`` is not in ``allowed`` (False when either list is null)."""
+    n = len(lists)
+    parents, flat = _flat(lists)
+    a_parents, a_flat = _flat(allowed)
+    inside = np.isin(parents * 2**33 + flat.astype(np.int64), a_parents * 2**33 + a_flat.astype(np.int64))
+    out = np.zeros(n, bool)
+    out[parents[~inside]] = True
+    both: BoolArray = pc.and_(pc.is_valid(lists), pc.is_valid(allowed)).to_numpy(zero_copy_only=False)
+    return out & both
 
 
-def detect_illegal_replica_transitions(transitions: DataFrame) -> DataFrame:
-    bad = transitions.filter(~F.col("legal"))
-    return _anomalies(bad, K.ILLEGAL_REPLICA_TRANSITION, _ev_of("event_id"),
-                      F.struct("from_state", "to_state", "cause", F.lit("zk").alias("source")))
+def list_has_duplicates(lists: Mask) -> BoolArray:
+    parents, flat = _flat(lists)
+    out = np.zeros(len(lists), bool)
+    if len(parents):
+        pairs = np.stack([parents, flat.astype(np.int64)], axis=1)
+        uniq, counts = np.unique(pairs, axis=0, return_counts=True)
+        out[uniq[counts > 1, 0]] = True
+    return out
 
 
 # --- from enriched state writes -------------------------------------------------------------------------
-def detect_zombie_writes(writes: DataFrame) -> DataFrame:
+def _changed_leadership(w: pa.Table) -> pa.Array:
+    return pc.or_kleene(pc.or_kleene(pc.is_null(w["prev_leader"]), pc.not_equal(w["leader"], w["prev_leader"])),
+                        pc.greater(w["leader_epoch"], w["prev_leader_epoch"]))
+
+
+def detect_zombie_writes(w: pa.Table) -> pa.Table:
     """I3: leadership changed/epoch bumped by a write whose controller_epoch is older than /controller_epoch.
 
     A write at the same leader and leader_epoch that only changes the ISR is leader-originated (IBP < 2.7)
     and legitimately carries an old controller_epoch: not a zombie.
     """
-    bad = writes.filter((F.col("controller_epoch") < F.col("cur_controller_epoch")) & _changed_leadership())
-    return _anomalies(bad, K.ZOMBIE_CONTROLLER_WRITE, _ev_of("event_id"), _w_details())
+    bad = pc.and_kleene(pc.less(w["controller_epoch"], w["cur_controller_epoch"]), _changed_leadership(w))
+    return shape(w, bad, K.ZOMBIE_CONTROLLER_WRITE, WRITE_DETAILS)
 
 
-def detect_leader_epoch_regression(writes: DataFrame) -> DataFrame:
+def detect_leader_epoch_regression(w: pa.Table) -> pa.Table:
     """I2, per topic incarnation (the fold resets the view on deletion)."""
-    bad = writes.filter(F.col("leader_epoch") < F.col("prev_leader_epoch"))
-    return _anomalies(bad, K.LEADER_EPOCH_REGRESSION, _ev_of("event_id"), _w_details())
+    return shape(w, pc.less(w["leader_epoch"], w["prev_leader_epoch"]), K.LEADER_EPOCH_REGRESSION, WRITE_DETAILS)
 
 
-def detect_leader_not_in_isr(writes: DataFrame) -> DataFrame:
-    bad = writes.filter((F.col("leader") >= 0) & ~F.coalesce(F.array_contains("isr", F.col("leader")), F.lit(False)))
-    return _anomalies(bad, K.LEADER_NOT_IN_ISR, _ev_of("event_id"), _w_details())
+def detect_leader_not_in_isr(w: pa.Table) -> pa.Table:
+    in_isr = pc.fill_null(list_contains(w["isr"], w["leader"]), False)
+    return shape(w, pc.and_kleene(pc.greater_equal(w["leader"], 0), pc.invert(in_isr)), K.LEADER_NOT_IN_ISR,
+                 WRITE_DETAILS)
 
 
-def detect_isr_not_subset(writes: DataFrame) -> DataFrame:
+def detect_isr_not_subset(w: pa.Table) -> pa.Table:
     """I4: ISR members outside the assigned replicas (the full set during reassignment), or duplicates."""
-    outside = F.size(F.array_except("isr", "replicas")) > 0
-    dupes = F.size(F.array_distinct("isr")) != F.size("isr")
-    bad = writes.filter(F.col("isr").isNotNull() & ((F.col("replicas").isNotNull() & outside) | dupes))
-    return _anomalies(bad, K.ISR_NOT_SUBSET_OF_REPLICAS, _ev_of("event_id"), _w_details())
+    bad = list_has_outside(w["isr"], w["replicas"]) | list_has_duplicates(w["isr"])
+    return shape(w, pa.array(bad), K.ISR_NOT_SUBSET_OF_REPLICAS, WRITE_DETAILS)
 
 
-def detect_leader_not_live(writes: DataFrame) -> DataFrame:
+def detect_leader_not_live(w: pa.Table) -> pa.Table:
     """I4 liveness, allowing for the controller's reaction lag.
 
     Rule: only a write that ELECTS a leader (leader or leader_epoch changes) is checked: electing a broker
@@ -116,121 +153,142 @@ def detect_leader_not_live(writes: DataFrame) -> DataFrame:
     (ISR-only) is not flagged: the controller may not have processed the broker's departure yet, and its
     reaction, when it comes, is itself an election and is checked.
     """
-    bad = writes.filter((F.col("leader") >= 0) & (F.col("leader_live") == F.lit(False)) & _changed_leadership())
-    return _anomalies(bad, K.LEADER_NOT_LIVE, _ev_of("event_id"), _w_details(), broker=F.col("leader"))
+    dead = pc.and_kleene(pc.greater_equal(w["leader"], 0), pc.equal(w["leader_live"], False))
+    return shape(w, pc.and_kleene(dead, _changed_leadership(w)), K.LEADER_NOT_LIVE, WRITE_DETAILS, broker="leader")
 
 
-def detect_offline_partitions(writes: DataFrame) -> DataFrame:
+def detect_offline_partitions(w: pa.Table) -> pa.Table:
     """A partition going to leader -1 (once per outage, not per write while offline)."""
-    bad = writes.filter((F.col("leader") == -1) & (F.col("prev_leader").isNull() | (F.col("prev_leader") != -1)))
-    return _anomalies(bad, K.OFFLINE_PARTITION, _ev_of("event_id"), _w_details())
+    was_online = pc.or_kleene(pc.is_null(w["prev_leader"]), pc.not_equal(w["prev_leader"], -1))
+    return shape(w, pc.and_kleene(pc.equal(w["leader"], -1), was_online), K.OFFLINE_PARTITION, WRITE_DETAILS)
 
 
-def detect_unclean_elections(writes: DataFrame) -> DataFrame:
+def detect_unclean_elections(w: pa.Table) -> pa.Table:
     """I6: a new leader that was not in the previous ISR."""
-    bad = writes.filter((F.col("leader") >= 0) & F.col("prev_isr").isNotNull()
-                        & (F.col("prev_leader").isNull() | (F.col("leader") != F.col("prev_leader")))
-                        & ~F.array_contains("prev_isr", F.col("leader")))
-    return _anomalies(bad, K.UNCLEAN_LEADER_ELECTION, _ev_of("event_id"), _w_details())
+    new_leader = pc.or_kleene(pc.is_null(w["prev_leader"]), pc.not_equal(w["leader"], w["prev_leader"]))
+    bad = pc.and_kleene(pc.and_kleene(pc.greater_equal(w["leader"], 0), pc.is_valid(w["prev_isr"])),
+                        pc.and_kleene(new_leader, pc.invert(list_contains(w["prev_isr"], w["leader"]))))
+    return shape(w, bad, K.UNCLEAN_LEADER_ELECTION, WRITE_DETAILS)
+
+
+WRITE_DETECTORS: tuple[Callable[[pa.Table], pa.Table], ...] = (
+    detect_zombie_writes, detect_leader_epoch_regression, detect_leader_not_in_isr, detect_isr_not_subset,
+    detect_leader_not_live, detect_offline_partitions, detect_unclean_elections,
+)
+
+
+# --- from the fold's transitions ---------------------------------------------------------------------------
+def detect_illegal_transitions(pt: pa.Table, rt: pa.Table) -> pa.Table:
+    zk = {"source": "zk"}
+    return concat([
+        shape(pt, pc.invert(pt["legal"]), K.ILLEGAL_PARTITION_TRANSITION, TRANSITION_DETAILS, extra_details=zk),
+        shape(rt, pc.invert(rt["legal"]), K.ILLEGAL_REPLICA_TRANSITION, TRANSITION_DETAILS, extra_details=zk),
+    ])
 
 
 # --- from controller/broker logs ------------------------------------------------------------------------
-def _decision_details() -> Column:
-    return F.struct("kind", "from_state", "to_state", "leader", "leader_epoch", "message", "source_file", "line_no")
-
-
-def _d(decisions: DataFrame) -> DataFrame:
-    return decisions.withColumn("event_time", F.col("ts")).withColumn("zxid", F.lit(None).cast("bigint"))
-
-
 FAILED_CHANGE_KINDS = tuple(sorted(str(k) for k in FAILURE_KINDS & {
     DecisionKind.PARTITION_TRANSITION_FAILED, DecisionKind.REPLICA_TRANSITION_FAILED, DecisionKind.INVALID_TRANSITION}))
 """A state change that did not take effect; an invalid-transition cause is ALSO an illegal transition."""
 
 
-def detect_failed_state_changes(decisions: DataFrame) -> DataFrame:
-    bad = _d(decisions).filter(F.col("kind").isin(*FAILED_CHANGE_KINDS))
-    return _anomalies(bad, K.FAILED_STATE_CHANGE, _ev_of("event_id"), _decision_details())
+def _decisions(d: pa.Table, mask: Mask, kind: AnomalyKind) -> pa.Table:
+    return shape(d, mask, kind, DECISION_DETAILS, time_column="ts", broker=None)
 
 
-def detect_stale_controller_requests(decisions: DataFrame) -> DataFrame:
-    bad = _d(decisions).filter(F.col("kind") == str(DecisionKind.STALE_CONTROLLER_REQUEST))
-    return _anomalies(bad, K.STALE_CONTROLLER_REQUEST, _ev_of("event_id"), _decision_details())
+def detect_failed_state_changes(d: pa.Table) -> pa.Table:
+    return _decisions(d, pc.is_in(d["kind"], pa.array(FAILED_CHANGE_KINDS)), K.FAILED_STATE_CHANGE)
 
 
-def _pair_col() -> Column:
-    return F.concat_ws(">", "from_state", "to_state")
+def detect_stale_controller_requests(d: pa.Table) -> pa.Table:
+    return _decisions(d, pc.equal(d["kind"], str(DecisionKind.STALE_CONTROLLER_REQUEST)), K.STALE_CONTROLLER_REQUEST)
 
 
-def detect_illegal_logged_transitions(decisions: DataFrame, kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
+def detect_illegal_logged_transitions(d: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
     """Logged transitions checked against the version-aware tables, plus logged invalid-transition errors."""
-    p_ok = [f"{a}>{b}" for a, b in legal_pairs(partition_valid_previous(kafka_version))]  # type: ignore[arg-type]
-    r_ok = [f"{a}>{b}" for a, b in legal_pairs(replica_valid_previous(kafka_version))]  # type: ignore[arg-type]
-    d = _d(decisions)
-    kind = F.col("kind")
-    logged_p = d.filter((kind == str(DecisionKind.PARTITION_TRANSITION)) & F.col("from_state").isNotNull()
-                        & ~_pair_col().isin(p_ok))
-    logged_r = d.filter((kind == str(DecisionKind.REPLICA_TRANSITION)) & F.col("from_state").isNotNull()
-                        & ~_pair_col().isin(r_ok))
-    invalid = d.filter(kind == str(DecisionKind.INVALID_TRANSITION))
-    parts = logged_p.unionByName(invalid.filter(F.col("replica").isNull()))
-    reps = logged_r.unionByName(invalid.filter(F.col("replica").isNotNull()))
-    return _anomalies(parts, K.ILLEGAL_PARTITION_TRANSITION, _ev_of("event_id"), _decision_details()).unionByName(
-        _anomalies(reps, K.ILLEGAL_REPLICA_TRANSITION, _ev_of("event_id"), _decision_details()))
+    p_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(partition_valid_previous(kafka_version))))  # type: ignore[arg-type]
+    r_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(replica_valid_previous(kafka_version))))  # type: ignore[arg-type]
+    pair = pc.binary_join_element_wise(d["from_state"], d["to_state"], ">")  # null when from_state is null
+
+    def logged(kind: DecisionKind, ok: pa.Array) -> pa.Array:
+        return pc.and_kleene(pc.equal(d["kind"], str(kind)), pc.invert(pc.is_in(pair, ok)))
+
+    invalid = pc.equal(d["kind"], str(DecisionKind.INVALID_TRANSITION))
+    on_replica = pc.is_valid(d["replica"])
+    partition = pc.or_kleene(logged(DecisionKind.PARTITION_TRANSITION, p_ok), pc.and_(invalid, pc.invert(on_replica)))
+    replica = pc.or_kleene(logged(DecisionKind.REPLICA_TRANSITION, r_ok), pc.and_(invalid, on_replica))
+    return concat([_decisions(d, partition, K.ILLEGAL_PARTITION_TRANSITION),
+                   _decisions(d, replica, K.ILLEGAL_REPLICA_TRANSITION)])
 
 
-def detect_decision_zk_divergence(decisions: DataFrame, zk_writes: DataFrame) -> DataFrame:
+def _write_keys(t: pa.Table) -> pa.Array:
+    """(topic, partition, leader, leader_epoch) as one string per row (null when any part is null)."""
+    return pc.binary_join_element_wise(t["topic"], *(pc.cast(t[c], pa.string()) for c in
+                                                     ("partition", "leader", "leader_epoch")), "\x1f")
+
+
+def detect_decision_zk_divergence(d: pa.Table, zk_writes: pa.Table) -> pa.Table:
     """The controller logged t-p -> OnlinePartition with leader L / epoch E, but ZK never held (L, E).
 
     ``zk_writes`` holds every known state write (topic, partition, leader, leader_epoch): the increment's and
     the committed history's.
     """
-    logged = _d(decisions).filter((F.col("kind") == str(DecisionKind.PARTITION_TRANSITION)) & (F.col("to_state") == "OnlinePartition")
-                                  & F.col("leader").isNotNull() & F.col("leader_epoch").isNotNull())
-    seen = zk_writes.select("topic", "partition", "leader", "leader_epoch").distinct()
-    bad = logged.join(seen, ["topic", "partition", "leader", "leader_epoch"], "left_anti")
-    return _anomalies(bad, K.DECISION_ZK_DIVERGENCE, _ev_of("event_id"), _decision_details())
+    logged = pc.and_kleene(pc.and_kleene(pc.equal(d["kind"], str(DecisionKind.PARTITION_TRANSITION)),
+                                         pc.equal(d["to_state"], "OnlinePartition")),
+                           pc.and_(pc.is_valid(d["leader"]), pc.is_valid(d["leader_epoch"])))
+    seen = pc.fill_null(pc.is_in(_write_keys(d), pc.unique(_write_keys(zk_writes)).drop_null()), False)
+    return _decisions(d, pc.and_kleene(logged, pc.invert(seen)), K.DECISION_ZK_DIVERGENCE)
 
 
-def detect_split_brain(terms: DataFrame) -> DataFrame:
+DECISION_DETECTORS: tuple[Callable[[pa.Table], pa.Table], ...] = (
+    detect_failed_state_changes, detect_stale_controller_requests,
+)
+
+
+def detect_split_brain(terms: pa.Table) -> pa.Table:
     """Two controller ids acting in overlapping time with different epochs (logged-decision terms).
 
-    ``terms``: controller_tenure rows with source 'logs'. The older epoch still acting after the newer one
-    started is Kafka's soft-failure (zombie) shape.
+    ``terms``: controller_tenure rows with source 'logs' (one per controller term: few). The older epoch still
+    acting after the newer one started is Kafka's soft-failure (zombie) shape.
     """
-    a = terms.alias("a")
-    b = terms.alias("b")
-    pairs = a.join(b, (F.col("a.controller_id") != F.col("b.controller_id"))
-                   & (F.col("a.controller_epoch") < F.col("b.controller_epoch"))
-                   & (F.col("a.end_time") >= F.col("b.start_time")) & (F.col("b.end_time") >= F.col("a.start_time")))
-    sel = pairs.select(
-        F.col("a.cluster").alias("cluster"), F.col("b.start_time").alias("event_time"),
-        F.col("a.controller_id").alias("controller_id"), F.col("a.controller_epoch").alias("controller_epoch"),
-        F.col("b.controller_id").alias("other_id"), F.col("b.controller_epoch").alias("other_epoch"),
-        F.col("a.end_time").alias("old_last_seen"),
-    )
-    ev = F.array(F.concat_ws(":", F.lit("term"), "controller_id", "controller_epoch"),
-                 F.concat_ws(":", F.lit("term"), "other_id", "other_epoch"))
-    return _anomalies(sel, K.SPLIT_BRAIN, ev, F.struct("controller_id", "controller_epoch", "other_id", "other_epoch",
-                                                        "old_last_seen"))
+    rows = [t for t in terms.to_pylist() if t["start_time"] is not None and t["end_time"] is not None]
+    pairs = [{"cluster": a["cluster"], "event_time": b["start_time"], "controller_id": a["controller_id"],
+              "controller_epoch": a["controller_epoch"], "other_id": b["controller_id"],
+              "other_epoch": b["controller_epoch"], "old_last_seen": a["end_time"]}
+             for a in rows for b in rows
+             if a["controller_id"] != b["controller_id"] and a["controller_epoch"] < b["controller_epoch"]
+             and a["end_time"] >= b["start_time"] and b["end_time"] >= a["start_time"]]
+    if not pairs:
+        return ANOMALY_SCHEMA.empty_table()
+    table = pa.Table.from_pylist(pairs)
+    return shape(table, pa.array([True] * len(pairs)), K.SPLIT_BRAIN,
+                 ("controller_id", "controller_epoch", "other_id", "other_epoch", "old_last_seen"),
+                 evidence=lambda r: [f"term:{r['controller_id']}:{r['controller_epoch']}",
+                                     f"term:{r['other_id']}:{r['other_epoch']}"])
 
 
-def detect_collection_gaps_in_bronze(znode_events: DataFrame, txnlog_max_zxid: int | None = None) -> DataFrame:
+def detect_collection_gaps(znode_gaps: pa.Table, txnlog_max_zxid: int | None = None) -> pa.Table:
     """znode rows whose collector saw a version jump (missed_versions > 0).
 
     Not when the txnlog collector has delivered that zxid (``txnlog_max_zxid`` >= it): the lossless history
     is in the lake, so the watch's gap lost nothing.
     """
-    bad = znode_events.filter(F.col("missed_versions") > 0).withColumn("event_time", F.col("observed_at"))
+    bad = pc.greater(znode_gaps["missed_versions"], 0)
     if txnlog_max_zxid is not None:
-        bad = bad.filter(F.col("zxid") > F.lit(txnlog_max_zxid))
-    return _anomalies(bad, K.COLLECTION_GAP, _ev_of("event_id"), F.struct("path", "missed_versions", "source"))
+        bad = pc.and_kleene(bad, pc.greater(znode_gaps["zxid"], txnlog_max_zxid))
+    return shape(znode_gaps, bad, K.COLLECTION_GAP, ("path", "missed_versions", "source"), time_column="observed_at")
 
 
-WRITE_DETECTORS: tuple[Callable[[DataFrame], DataFrame], ...] = (
-    detect_zombie_writes, detect_leader_epoch_regression, detect_leader_not_in_isr, detect_isr_not_subset,
-    detect_leader_not_live, detect_offline_partitions, detect_unclean_elections,
-)
-DECISION_DETECTORS: tuple[Callable[[DataFrame], DataFrame], ...] = (
-    detect_failed_state_changes, detect_stale_controller_requests, detect_illegal_logged_transitions,
-)
+GAP_COLUMNS = ("cluster", "zxid", "path", "missed_versions", "source", "observed_at", "event_id")
+"""The bronze columns ``detect_collection_gaps`` reads."""
+
+
+def write_anomalies(writes: pa.Table) -> pa.Table:
+    return concat([det(writes) for det in WRITE_DETECTORS])
+
+
+def decision_anomalies(decisions: pa.Table, zk_writes: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
+    return concat([*(det(decisions) for det in DECISION_DETECTORS),
+                   detect_illegal_logged_transitions(decisions, kafka_version),
+                   detect_decision_zk_divergence(decisions, zk_writes)])
+

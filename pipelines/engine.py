@@ -25,9 +25,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from models.anomalies import AnomalyKind
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
-    ANOMALIES,
     CONTROLLER_DECISIONS,
-    CONTROLLER_TENURE,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
@@ -43,7 +41,7 @@ from pipelines.controller import (
     resign_marks,
     zk_split_brain,
 )
-from pipelines.decode import decoded_znode_events, split_decoded
+from pipelines.decode import decode_table, decoded_znode_events, split_decoded
 from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
 from pipelines.vector_fold import fold_table
@@ -112,29 +110,36 @@ def empty_carried() -> Carried:
                    empty=True)
 
 
-def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataFrame, carried: Carried, *,
-                  cluster: str, kafka_version: str = DEFAULT_KAFKA_VERSION,
+def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decisions: DataFrame | pa.Table,
+                  carried: Carried, *, cluster: str, kafka_version: str = DEFAULT_KAFKA_VERSION,
                   no_controller_threshold: timedelta = DEFAULT_NO_CONTROLLER_THRESHOLD) -> Outputs:
     """Every derived table for one increment (deterministic: same inputs and carried state -> same rows).
 
-    Each Spark stage runs once: decode, fold, decisions, log terms and anomalies are one collect each, and
-    every table is split from those Arrow results on the driver (a Spark job costs ~0.3 s even when tiny).
+    Given DataFrames, decode and the keyed fold run in Spark (``mapInArrow`` over key buckets), once each, and
+    are collected once as Arrow. Given Arrow tables (a small increment the caller already holds on the driver),
+    the same kernels run in this process: a Spark job costs ~0.3 s even when tiny, which is what a 1 s
+    monitor trigger cannot afford. Everything after the fold (controller timeline, detectors, table shaping)
+    runs on the driver over the Arrow results, which the delta-rs writes need there anyway.
     """
     committed = None if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None \
         else (carried.txnlog_min_zxid, carried.txnlog_max_zxid)
-    # decode and fold run once each in Spark, cached: the driver collects them for the output tables and the
-    # next stages read them in the JVM (rebuilding a DataFrame from driver Arrow costs ~10 us per row here)
-    decoded_df = decoded_znode_events(znode_events, committed).cache()
-    decoded = decoded_df.toArrow()
+    local = isinstance(znode_events, pa.Table)
+    decoded_df: DataFrame | None = None
+    if isinstance(znode_events, pa.Table):
+        decoded = decode_table(znode_events, committed)
+    else:
+        # cached: the driver collects it for the output tables and the fold reads it again in the JVM
+        decoded_df = decoded_znode_events(znode_events, committed).cache()
+        decoded = decoded_df.toArrow()
     meta_t, quarantine_t = split_decoded(decoded)
-    meta = decoded_df.filter("_ok").select(*META_SEQ.fieldNames())
+    meta = None if decoded_df is None else decoded_df.filter("_ok").select(*META_SEQ.fieldNames())
     if carried.known_ids is not None and meta_t.num_rows:
         lo, hi = pc.min_max(meta_t["zxid"]).values()
         committed_ids = carried.known_ids(lo.as_py(), hi.as_py())
         known = pc.is_in(meta_t["event_id"], pa.array(sorted(committed_ids), pa.string()))
         if pc.any(known).as_py():  # the same change committed by an earlier batch (another collector)
             meta_t = meta_t.filter(pc.invert(known))
-            meta = meta.filter(~F.col("event_id").isin(sorted(committed_ids)))
+            meta = None if meta is None else meta.filter(~F.col("event_id").isin(sorted(committed_ids)))
     txn_lo, txn_hi = _txnlog_bounds(znode_events)
     txn_max = max([v for v in (txn_hi, carried.txnlog_max_zxid) if v is not None], default=None)
 
@@ -144,49 +149,40 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     timeline = replay(cluster, history + global_rows, no_controller_threshold)
 
     seeds = _touched_state(carried, meta_t)
-    fold_df = _fold(spark, meta, seeds, timeline.ctx, kafka_version).cache()
-    fold = fold_df.toArrow()
+    if meta is None:
+        fold = fold_local(meta_t, seeds, timeline.ctx, kafka_version)
+    else:
+        fold = _fold(spark, meta, seeds, timeline.ctx, kafka_version).toArrow()
+    if decoded_df is not None:
+        decoded_df.unpersist()
     pt_t = _rec(fold, "pt", PARTITION_TRANSITIONS.column_names)
     rt_t = _rec(fold, "rt", REPLICA_TRANSITIONS.column_names)
+    writes_t = fold.filter(pc.equal(fold["rec"], "w"))
     ps_t = _merge_state(carried.partition_state, _rec(fold, "ps", PARTITION_STATE.column_names))
     rs_t = _merge_state(carried.replica_state, _rec(fold, "rs", REPLICA_STATE.column_names))
 
-    dec_t = decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
-    decs = arrow_df(spark, dec_t, schema("controller_decisions"))
-    carried_terms = arrow_df(spark, carried.log_terms, schema("controller_tenure"))
-    log_terms_t = _merge_log_terms(carried_terms, decs, cluster).toArrow() if dec_t.num_rows or not carried.empty \
+    dec_t = decisions if isinstance(decisions, pa.Table) else decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
+    log_terms_t = merge_log_terms(carried.log_terms, dec_t, cluster) if dec_t.num_rows or not carried.empty \
         else _empty_arrow("controller_tenure")
     zk_terms_t = _arrow_of(timeline.tenure, "controller_tenure")
     tenure_t = pa.concat_tables([zk_terms_t, log_terms_t.cast(zk_terms_t.schema)])
 
     global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
                     if a["_trigger"] in increment_ids and not _covered_gap(a, txn_max)]
-    pt, rt = _fold_rec(fold_df, "pt", schema("partition_transitions")), _fold_rec(fold_df, "rt", schema("replica_transitions"))
-    writes = fold_df.filter(F.col("rec") == "w")
-    parts = [
-        D.detect_illegal_partition_transitions(pt),
-        D.detect_illegal_replica_transitions(rt),
-        *[det(writes) for det in D.WRITE_DETECTORS],
-        D.detect_collection_gaps_in_bronze(znode_events, txn_max),
-    ]
-    if dec_t.num_rows:  # each detector costs Spark work even on empty input: skip them when idle
-        zk_writes = writes.select("topic", "partition", "leader", "leader_epoch")
+    parts = [D.detect_illegal_transitions(pt_t, rt_t), D.write_anomalies(writes_t),
+             D.detect_collection_gaps(_gap_rows(znode_events, local), txn_max)]
+    if dec_t.num_rows:
+        zk_writes = writes_t.select(list(_ZK_WRITE_COLUMNS))
         if carried.zk_writes is not None:  # only the partitions the logs speak about
             logged = dec_t.select(["topic", "partition"]).drop_null()
             keys = carried.zk_writes.join(logged.group_by(["topic", "partition"]).aggregate([]), ["topic", "partition"],
                                           join_type="left semi")
-            zk_writes = zk_writes.unionByName(arrow_df(spark, keys, _ZK_WRITES))
-        log_terms = arrow_df(spark, log_terms_t, schema("controller_tenure"))
-        parts += [
-            *[det(decs) for det in D.DECISION_DETECTORS if det is not D.detect_illegal_logged_transitions],
-            D.detect_illegal_logged_transitions(decs, kafka_version),
-            D.detect_decision_zk_divergence(decs, zk_writes),
-            D.detect_split_brain(log_terms).join(D.detect_split_brain(carried_terms).select("anomaly_id"),
-                                                 "anomaly_id", "left_anti"),
-        ]
-    found_t = _union_all(parts).toArrow()
-    decoded_df.unpersist()
-    fold_df.unpersist()
+            zk_writes = pa.concat_tables([zk_writes, keys.select(list(_ZK_WRITE_COLUMNS)).cast(zk_writes.schema)])
+        carried_split = set(D.detect_split_brain(carried.log_terms)["anomaly_id"].to_pylist())
+        split = D.detect_split_brain(log_terms_t)
+        parts += [D.decision_anomalies(dec_t, zk_writes, kafka_version),
+                  split.filter(pc.invert(pc.is_in(split["anomaly_id"], pa.array(sorted(carried_split), pa.string()))))]
+    found_t = D.concat(parts)
     # controller findings on the driver: resignations vs the whole zk timeline, zombie writes vs zk terms
     resigns = resign_marks(dec_t, carried.resigns or [])
     zombies = found_t.filter(pc.equal(found_t["kind"], str(AnomalyKind.ZOMBIE_CONTROLLER_WRITE))).to_pylist()
@@ -206,8 +202,9 @@ def run_increment(spark: SparkSession, znode_events: DataFrame, decisions: DataF
     }, (txn_lo, txn_hi), resigns)
 
 
-_ZK_WRITES = T.StructType([T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-                          T.StructField("leader", T.IntegerType()), T.StructField("leader_epoch", T.IntegerType())])
+_ZK_WRITE_COLUMNS = ("topic", "partition", "leader", "leader_epoch")
+
+
 META_SEQ = T.StructType([*schema("metadata_events").fields, T.StructField("_seq", T.IntegerType())])
 
 
@@ -232,23 +229,6 @@ def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFr
     if tbl.num_rows == 0:
         return local_df(spark, [], struct)
     return spark.createDataFrame(tbl.select(struct.fieldNames()).cast(_arrow_schema(struct)))
-
-
-def _union_all(parts: Sequence[DataFrame]) -> DataFrame:
-    """All detector outputs (each already shaped as ``anomalies``) as one positional union, built as a balanced
-    tree: a chain of unions re-analyses the growing plan at every step (seconds per micro-batch)."""
-    names = list(ANOMALIES.column_names)
-    # a USING join (split brain's anti join) puts its key first: align by name before the positional union
-    level = [p if p.columns == names else p.select(*names) for p in parts]
-    while len(level) > 1:
-        level = [level[i].union(level[i + 1]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
-    return level[0]
-
-
-def _fold_rec(fold: DataFrame, rec: str, struct: T.StructType) -> DataFrame:
-    """One record kind of the (cached) fold output, shaped as its table (SQL text: few JVM round trips)."""
-    cols = [f"CAST(`{f.name}` AS {f.dataType.simpleString()}) AS `{f.name}`" for f in struct.fields]
-    return fold.filter(f"rec = '{rec}'").selectExpr(*cols)
 
 
 def _rec(fold: pa.Table, rec: str, cols: Sequence[str]) -> pa.Table:
@@ -301,10 +281,23 @@ def _dedupe(tbl: pa.Table) -> pa.Table:
     return tbl.take(pa.array(keep, pa.int64())) if len(keep) < tbl.num_rows else tbl
 
 
-def _txnlog_bounds(znode_events: DataFrame) -> tuple[int | None, int | None]:
+def _txnlog_bounds(znode_events: DataFrame | pa.Table) -> tuple[int | None, int | None]:
     """The lowest and highest zxid this increment's txnlog rows carry (the lossless collector's range)."""
+    if isinstance(znode_events, pa.Table):
+        txn = znode_events.filter(pc.fill_null(pc.equal(znode_events["source"], "txnlog"), False))["zxid"]
+        lo, hi = pc.min_max(txn).values()
+        return lo.as_py(), hi.as_py()
     row = znode_events.filter(F.col("source") == "txnlog").agg(F.min("zxid").alias("lo"), F.max("zxid").alias("hi")).collect()[0]
     return row["lo"], row["hi"]
+
+
+def _gap_rows(znode_events: DataFrame | pa.Table, local: bool) -> pa.Table:
+    """The bronze rows that report missed versions (few), as Arrow for ``detectors.detect_collection_gaps``."""
+    if isinstance(znode_events, pa.Table):
+        gaps = znode_events.filter(pc.fill_null(pc.greater(znode_events["missed_versions"], 0), False))
+        return gaps.select(list(D.GAP_COLUMNS))
+    del local
+    return znode_events.filter(F.col("missed_versions") > 0).select(*D.GAP_COLUMNS).toArrow()
 
 
 def _covered_gap(anomaly: dict[str, Any], txn_max: int | None) -> bool:
@@ -315,11 +308,71 @@ def _covered_gap(anomaly: dict[str, Any], txn_max: int | None) -> bool:
     return inner.get("source") != "txnlog" and bool(anomaly["zxid"] <= txn_max)
 
 
+FOLD_INPUT = T.StructType([
+    T.StructField("cluster", T.StringType()), T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()), T.StructField("zxid", T.LongType()),
+    T.StructField("_seq", T.IntegerType()), T.StructField("ord", T.IntegerType()),
+    T.StructField("event_time", T.TimestampType()), T.StructField("type", T.StringType()),
+    T.StructField("leader", T.IntegerType()), T.StructField("leader_epoch", T.IntegerType()),
+    T.StructField("controller_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
+    T.StructField("replicas", T.ArrayType(T.IntegerType())), T.StructField("event_id", T.StringType()),
+    T.StructField("state", T.StringType()), T.StructField("seed_replica_ids", T.ArrayType(T.IntegerType())),
+    T.StructField("seed_replica_states", T.ArrayType(T.StringType())),
+])
+"""One row of the keyed fold: an event (ord 1) or a touched key's carried state (ord 0, type SEED)."""
+FOLD_ORDER = ("topic", "partition", "ord", "zxid", "_seq", "event_id")
+TOPIC_FANOUT_SEQ = 1_000_000  # a topic deletion fanned out to its partitions sorts after that zxid's own rows
+
+
+def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
+               kafka_version: str) -> pa.Table:
+    """``_fold`` of a small increment in this process: the same rows, the same order, the same kernel."""
+    carried_ps, carried_rs = seeds_t
+    schema = to_arrow_schema(FOLD_INPUT)
+    keyed = meta_t.filter(pc.and_(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta_t["partition"])))
+    known: dict[str, set[int]] = {}
+    for t in (keyed, carried_ps):
+        for topic, part in zip(t["topic"].to_pylist(), t["partition"].to_pylist(), strict=True):
+            known.setdefault(topic, set()).add(part)
+    # a topic deletion seen without its state znodes: fan out to every partition known for the topic
+    deleted = meta_t.filter(pc.and_(pc.equal(meta_t["type"], "TOPIC_DELETED"), pc.is_null(meta_t["partition"])))
+    fanned = [{**e, "partition": p, "_seq": e["_seq"] + TOPIC_FANOUT_SEQ}
+              for e in deleted.to_pylist() for p in sorted(known.get(e["topic"], ()))]
+    events = pa.concat_tables([_conform(keyed, schema, ord=1), _conform(pa.Table.from_pylist(fanned), schema, ord=1)])
+    touched = pc.unique(_key_of(events))
+    seeds = carried_ps.filter(pc.is_in(_key_of(carried_ps), touched))
+    reps = carried_rs.sort_by([("topic", "ascending"), ("partition", "ascending"), ("replica", "ascending"),
+                               ("state", "ascending")])
+    grouped = reps.group_by(["topic", "partition"], use_threads=False).aggregate([("replica", "list"), ("state", "list")])
+    at = pc.index_in(_key_of(seeds), _key_of(grouped))
+    seed_rows = _conform(seeds.rename_columns(["zxid" if c == "as_of_zxid" else c for c in seeds.column_names]), schema,
+                         ord=0, type=SEED, event_id="", _seq=0,
+                         seed_replica_ids=pc.take(grouped["replica_list"], at),
+                         seed_replica_states=pc.take(grouped["state_list"], at))
+    rows = pa.concat_tables([events, seed_rows])
+    rows = rows.take(pc.sort_indices(rows, [(c, "ascending", "at_start") for c in FOLD_ORDER]))
+    return fold_table(rows, ctx, kafka_version)
+
+
+def _conform(t: pa.Table, schema: pa.Schema, **values: Any) -> pa.Table:
+    """``t`` with ``schema``'s columns: a value given here (constant or array), else its own column, else nulls."""
+    n = t.num_rows
+    cols = []
+    for f in schema:
+        v = values.get(f.name)
+        if v is None:
+            cols.append(t[f.name].cast(f.type) if f.name in t.column_names else pa.nulls(n, f.type))
+        elif isinstance(v, (pa.Array, pa.ChunkedArray)):
+            cols.append(v.cast(f.type))
+        else:
+            cols.append(pa.array([v] * n, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
 def _fold(spark: SparkSession, meta: DataFrame, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
           kafka_version: str) -> DataFrame:
     """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
-    cols = ["cluster", "topic", "partition", "zxid", "_seq", "ord", "event_time", "type", "leader", "leader_epoch",
-            "controller_epoch", "isr", "replicas", "event_id", "state", "seed_replica_ids", "seed_replica_states"]
+    cols = FOLD_INPUT.fieldNames()
     carried_ps = arrow_df(spark, seeds_t[0], schema("partition_state"))
     carried_rs = arrow_df(spark, seeds_t[1], schema("replica_state"))
     keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
@@ -327,7 +380,7 @@ def _fold(spark: SparkSession, meta: DataFrame, seeds_t: tuple[pa.Table, pa.Tabl
     # a topic deletion seen without its state znodes: fan out to every partition known for the topic
     topic_deleted = (meta.filter((F.col("type") == "TOPIC_DELETED") & F.col("partition").isNull())
                      .drop("partition").join(known_keys, "topic")
-                     .withColumn("_seq", F.col("_seq") + F.lit(1_000_000)))
+                     .withColumn("_seq", F.col("_seq") + F.lit(TOPIC_FANOUT_SEQ)))
     events = (keyed.unionByName(topic_deleted.select(*keyed.columns))
               .withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))
               .withColumn("seed_replica_ids", F.lit(None).cast("array<int>"))
@@ -345,8 +398,7 @@ def _fold(spark: SparkSession, meta: DataFrame, seeds_t: tuple[pa.Table, pa.Tabl
                      "seed_replica_ids", "seed_replica_states"))
     rows = events.select(*cols).unionByName(seeds.select(*cols))
     n = int(spark.conf.get("spark.sql.shuffle.partitions") or "2")
-    ordered = rows.repartition(n, "topic", "partition").sortWithinPartitions(
-        "topic", "partition", "ord", "zxid", "_seq", "event_id")
+    ordered = rows.repartition(n, "topic", "partition").sortWithinPartitions(*FOLD_ORDER)
     return ordered.mapInArrow(_fold_fn(ctx, kafka_version), FOLD_OUT)
 
 
@@ -361,15 +413,20 @@ def _fold_fn(ctx: GlobalContext, kafka_version: str) -> Any:
     return run
 
 
-def _merge_log_terms(carried_terms: DataFrame, decisions: DataFrame, cluster: str) -> DataFrame:
+def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:
     """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted."""
-    acting = decisions.filter(F.col("controller_id").isNotNull() & F.col("controller_epoch").isNotNull()
-                              & F.col("ts").isNotNull())
-    new = acting.select(F.lit(cluster).alias("cluster"), "controller_id", "controller_epoch",
-                        F.lit(None).cast("bigint").alias("start_zxid"), F.lit(None).cast("bigint").alias("end_zxid"),
-                        F.col("ts").alias("start_time"), F.col("ts").alias("end_time"), F.lit("logs").alias("source"))
-    both = carried_terms.select(*CONTROLLER_TENURE.column_names).unionByName(new)
-    return (both.groupBy("cluster", "controller_id", "controller_epoch", "source")
-            .agg(F.min("start_zxid").alias("start_zxid"), F.max("end_zxid").alias("end_zxid"),
-                 F.min("start_time").alias("start_time"), F.max("end_time").alias("end_time"))
-            .select(*CONTROLLER_TENURE.column_names))
+    acting = decisions.filter(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
+                                              pc.is_valid(decisions["controller_epoch"])), pc.is_valid(decisions["ts"])))
+    schema = _arrow_schema("controller_tenure")
+    n = acting.num_rows
+    new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],
+                    "controller_epoch": acting["controller_epoch"], "start_zxid": pa.nulls(n, pa.int64()),
+                    "end_zxid": pa.nulls(n, pa.int64()), "start_time": acting["ts"], "end_time": acting["ts"],
+                    "source": pa.array(["logs"] * n, pa.string())})
+    both = pa.concat_tables([carried_terms.select(schema.names).cast(schema), new.select(schema.names).cast(schema)])
+    keys = ["cluster", "controller_id", "controller_epoch", "source"]
+    agg = both.group_by(keys, use_threads=False).aggregate(
+        [("start_zxid", "min"), ("end_zxid", "max"), ("start_time", "min"), ("end_time", "max")])
+    agg = agg.rename_columns([{"start_zxid_min": "start_zxid", "end_zxid_max": "end_zxid", "start_time_min": "start_time",
+                               "end_time_max": "end_time"}.get(c, c) for c in agg.column_names])
+    return agg.select(schema.names).cast(schema)

@@ -37,6 +37,13 @@ def schema(table: str) -> T.StructType:
     return struct_of(ALL_TABLES[table])
 
 
+def arrow_schema(table: str) -> Any:
+    """The Arrow schema Spark gives a lake table (what the engine's Arrow outputs are cast to)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema(table))
+
+
 def empty_df(spark: SparkSession, struct: T.StructType) -> DataFrame:
     """An empty DataFrame of ``struct`` built in the JVM by ONE SQL statement (a py4j call per column otherwise)."""
     cols = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name}`" for f in struct.fields)

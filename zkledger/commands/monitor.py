@@ -38,13 +38,15 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     quality = args.quality or ctx.settings.monitor.quality_each_batch
     if args.available_now:
         try:
-            drain_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, publish=alerter.publish, quality=quality)
+            drain_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, publish=alerter.publish, quality=quality,
+                          local_max_rows=ctx.settings.pipeline.local_max_rows)
         finally:
             alerter.close()
         return f"monitor caught up and stopped: {alerter.count} anomalies published"
     trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
     query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
-                          publish=alerter.publish, quality=quality)
+                          publish=alerter.publish, quality=quality,
+                          local_max_rows=ctx.settings.pipeline.local_max_rows)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
