@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             paths = _seed_layout(client, args.partitions)
             lake_dir = work / "lake"
             procs.append(_cli(lake_dir, "collect", "zk", "--zk", zk.hosts, "--chroot", "/", log_to=work / "collect.log"))
-            procs.append(_cli(lake_dir, "monitor", "--trigger", "1", log_to=work / "monitor.log"))
+            procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log"))
             time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
             zombie_times, sent = _writer(client, paths, args.rate, args.duration, args.zombies)
             lake = Lake(lake_dir, cluster="bench")

@@ -103,16 +103,25 @@ def naive_baseline(spark: Any, lake: Any, partitions: int, checkpoint: Path) -> 
     return {"wall_s": round(wall, 3), "input_rows": rows, "partitions": partitions}
 
 
-def full_monitor(lake_dir: Path, cluster: str) -> dict[str, Any]:
-    """`zkledger monitor --available-now` as a user runs it (includes its own Spark session start)."""
+def full_monitor(lake_dir: Path, cluster: str, local_max_rows: int | None = None) -> dict[str, Any]:
+    """`zkledger monitor --available-now` as a user runs it (includes its own Spark session start).
+
+    ``local_max_rows`` sets ``pipeline.local_max_rows`` through a conf file (None: the shipped default).
+    """
+    conf: list[str] = []
+    if local_max_rows is not None:
+        path = lake_dir.parent / "bench.toml"
+        path.write_text(f"[pipeline]\nlocal_max_rows = {local_max_rows}\n", encoding="utf-8")
+        conf = ["--conf", str(path)]
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(lake_dir), "--cluster", cluster,
-                           "monitor", "--available-now"], capture_output=True, text=True, env=os.environ.copy())
+    proc = subprocess.run([sys.executable, "-m", "zkledger.cli", *conf, "--lake", str(lake_dir), "--cluster", cluster,
+                           "-v", "monitor", "--available-now"], capture_output=True, text=True, env=os.environ.copy())
     wall = time.perf_counter() - t0
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     err = (proc.stderr.strip().splitlines() or [""])[-1]
+    batches = [ln.split("jobs._common: ", 1)[1] for ln in proc.stderr.splitlines() if "micro-batch" in ln]
     return {"ok": proc.returncode == 0, "rc": proc.returncode, "wall_s_incl_session_start": round(wall, 3),
-            "summary_line": last if proc.returncode == 0 else err}
+            "summary_line": last if proc.returncode == 0 else err, "micro_batches": batches}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -125,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with t.phase("generate"):
             events = write_storm(lake, args.partitions)
         with t.phase("monitor"):
-            mon = full_monitor(work / "lake", "bench")
+            mon = full_monitor(work / "lake", "bench", args.local_max_rows)
         with t.phase("spark_start"):
             spark = build_session("bench-streaming-storm", args.shuffle_partitions)
         sub = min(args.baseline_partitions, args.partitions)
@@ -143,7 +152,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"naive transformWithStateInPandas: {base['wall_s']:.1f} s for {sub:,} keys "
                f"({base['input_rows']:,} rows) -> {naive_full_s:.1f} s / {naive_rate:,.0f} events/s ({label})"]
     if mon["ok"]:
-        summary += [f"full monitor (availableNow): {mon['wall_s_incl_session_start']:.1f} s incl. session start, "
+        summary += [*(f"  {b}" for b in mon["micro_batches"]),
+                    f"full monitor (availableNow): {mon['wall_s_incl_session_start']:.1f} s incl. session start, "
                     f"~{mon_time:.1f} s after subtracting this run's session start ({t.wall['spark_start']:.1f} s) "
                     f"= {mon_rate:,.0f} events/s",
                     f"ratio monitor/naive throughput: {ratio(mon_rate or 0, naive_rate)}x"]
@@ -152,7 +162,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        f"{mon['summary_line']}")
     return {
         "benchmark": NAME, "machine": machine(),
-        "params": {"partitions": args.partitions, "replication_factor": 3, "baseline_partitions": sub},
+        "params": {"partitions": args.partitions, "replication_factor": 3, "baseline_partitions": sub,
+                   "local_max_rows": args.local_max_rows},
         "events": events, "wall_s": t.wall, "monitor": mon, "monitor_events_per_s": mon_rate,
         "naive": base, "naive_extrapolated": extrap, "naive_full_size_s": round(naive_full_s, 2),
         "naive_events_per_s": round(naive_rate), "monitor_vs_naive": ratio(mon_rate or 0, naive_rate) if mon_rate else None,
@@ -166,6 +177,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-partitions", type=int, default=5_000,
                    help="keys the naive baseline is measured on (extrapolated per key; default 5,000)")
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
+    p.add_argument("--local-max-rows", type=int, default=None,
+                   help="the monitor's pipeline.local_max_rows (default: the shipped setting; 0 = always Spark)")
     return p
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -183,6 +184,7 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     batch_id += batch_base
     if _committed(lake, "partition_state", batch_id):
         return 0
+    began = time.monotonic()
     replay = _committed(lake, "metadata_events", batch_id)
     znodes: DataFrame | pa.Table
     decisions: DataFrame | pa.Table
@@ -204,6 +206,8 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
         check_batch(spark, lake, out, batch_id)
     if publish is not None and not replay:
         publish(sorted(rows, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["anomaly_id"])))
+    log.info("micro-batch %d: %d metadata events, %d anomalies, %s, %.2f s", batch_id, out["metadata_events"].num_rows,
+             len(rows), "in process" if isinstance(znodes, pa.Table) else "through Spark", time.monotonic() - began)
     return len(rows)
 
 

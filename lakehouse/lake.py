@@ -129,14 +129,15 @@ class Lake:
         self.ensure(table)
         path = self.table_path(table)
         for attempt in range(_COMMIT_RETRIES):
-            last = DeltaTable(path).transaction_version(writer_id)
+            dt = DeltaTable(path)  # loaded once per attempt: the check, the commit and the checkpoint share it
+            last = dt.transaction_version(writer_id)
             if last is not None and last >= batch_seq:
                 log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq, last)
                 return False
             crash_point("before_commit", batch_seq)
             try:
                 write_deltalake(
-                    path,
+                    dt,
                     data,
                     mode=mode,
                     commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
@@ -148,19 +149,19 @@ class Lake:
                 time.sleep(0.05 * (attempt + 1))
                 continue
             crash_point("after_commit", batch_seq)
-            self._maybe_checkpoint(table)
+            self._maybe_checkpoint(dt)
             log.debug("%s: committed %d rows as %s/%d (%s)", table, data.num_rows, writer_id, batch_seq, mode)
             return True
         raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
 
-    def _maybe_checkpoint(self, table: str) -> None:
+    def _maybe_checkpoint(self, dt: DeltaTable) -> None:
+        """A checkpoint every ``checkpoint_interval`` versions (``dt`` is the table just committed to)."""
         if self.checkpoint_interval <= 0:
             return
-        dt = self._load(table)
         v = dt.version()
         if v > 0 and v % self.checkpoint_interval == 0:
             dt.create_checkpoint()
-            log.debug("%s: checkpoint at version %d", table, v)
+            log.debug("%s: checkpoint at version %d", dt.table_uri, v)
 
     def conform(self, table: str, rows: Rows) -> pa.Table:
         """Rows (dicts or a pyarrow Table) as a pa.Table with exactly the table's schema.

@@ -102,10 +102,11 @@ def write_batch(
     as Arrow (``df.toArrow()``): fine for micro-batches, not for huge backfills. An Arrow table already
     collected by the caller is written as is.
     """
-    last = lake.last_batch_seq(table, writer_id)
-    if last is not None and last >= batch_seq:
-        log.info("%s: micro-batch %s/%d already committed, skipped", table, writer_id, batch_seq)
-        return False
+    if not _is_arrow(df):  # spare the collect of a committed batch (Lake checks again when it commits)
+        last = lake.last_batch_seq(table, writer_id)
+        if last is not None and last >= batch_seq:
+            log.info("%s: micro-batch %s/%d already committed, skipped", table, writer_id, batch_seq)
+            return False
     data = df if _is_arrow(df) else df.toArrow()
     crash_point("before_write", batch_seq)
     if mode == "append":
