@@ -131,9 +131,12 @@ def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: A
         target.append("znode_events", h.rows, writer_id="fixture", batch_seq=0)
     rebuild(spark, lake)
 
+    # the local rebuild ran in process (a small history); on the cluster, decode and fold run on the executor
+    conf = tmp_path / "through-spark.toml"
+    conf.write_text("[pipeline]\nlocal_max_rows = 0\n", encoding="utf-8")
     argv = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", standalone, "--total-executor-cores", "1",
             "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)), str(ROOT / "jobs" / "rebuild.py"),
-            "--lake", remote.root, "--cluster", remote.cluster]
+            "--conf", str(conf), "--lake", remote.root, "--cluster", remote.cluster]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
