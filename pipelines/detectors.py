@@ -69,33 +69,38 @@ def concat(parts: Sequence[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables) if tables else ANOMALY_SCHEMA.empty_table()
 
 
-# --- list helpers (vectorised over the flattened lists) --------------------------------------------------------
-def _flat(lists: Mask) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """(owning row, value as float with NaN for null) of every element of a list<int> column."""
+# --- list helpers (vectorised over the flattened lists; Spark's array semantics) ------------------------------
+_NULL_ELEMENT = -(2**40)  # a null list element, compared like a value (as array_except/array_distinct do)
+
+
+def _flat(lists: Mask) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(owning row, value) of every element of a list<int> column; a null element is ``_NULL_ELEMENT``."""
     arr = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
     parents = pc.list_parent_indices(arr).to_numpy().astype(np.int64)
-    values = pc.cast(pc.list_flatten(arr), pa.float64()).to_numpy(zero_copy_only=False)
-    return parents, values
+    values = pc.fill_null(pc.cast(pc.list_flatten(arr), pa.int64()), _NULL_ELEMENT).to_numpy(zero_copy_only=False)
+    return parents, values.astype(np.int64)
 
 
 def list_contains(lists: Mask, values: Mask) -> pa.Array:
-    """SQL ``array_contains(lists, values)``: null where the list or the value is null."""
+    """SQL ``array_contains(lists, values)``: null for a null list or value, or no match in a list holding a null."""
     n = len(lists)
     parents, flat = _flat(lists)
-    want = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+    want = pc.fill_null(pc.cast(values, pa.int64()), _NULL_ELEMENT).to_numpy(zero_copy_only=False)
     hit = np.zeros(n, bool)
-    match = flat == want[parents]
-    hit[parents[match]] = True
-    null = ~pc.is_valid(lists).to_numpy(zero_copy_only=False) | np.isnan(want)
+    has_null = np.zeros(n, bool)
+    hit[parents[(flat == want[parents]) & (flat != _NULL_ELEMENT)]] = True
+    has_null[parents[flat == _NULL_ELEMENT]] = True
+    null = ~pc.is_valid(lists).to_numpy(zero_copy_only=False) | (want == _NULL_ELEMENT) | (~hit & has_null)
     return pa.array(hit, pa.bool_(), mask=null)
 
 
 def list_has_outside(lists: Mask, allowed: Mask) -> BoolArray:
-    """Per row: some element of ``lists`` is not in ``allowed`` (False when either list is null)."""
+    """Per row: ``size(array_except(lists, allowed)) > 0`` (False when either list is null)."""
     n = len(lists)
     parents, flat = _flat(lists)
     a_parents, a_flat = _flat(allowed)
-    inside = np.isin(parents * 2**33 + flat.astype(np.int64), a_parents * 2**33 + a_flat.astype(np.int64))
+    shift = np.int64(2**42)  # (row, value) as one int64: values stay within +-2**41
+    inside = np.isin(parents * shift + flat, a_parents * shift + a_flat)
     out = np.zeros(n, bool)
     out[parents[~inside]] = True
     both: BoolArray = pc.and_(pc.is_valid(lists), pc.is_valid(allowed)).to_numpy(zero_copy_only=False)
@@ -103,11 +108,11 @@ def list_has_outside(lists: Mask, allowed: Mask) -> BoolArray:
 
 
 def list_has_duplicates(lists: Mask) -> BoolArray:
+    """Per row: ``size(array_distinct(lists)) != size(lists)``."""
     parents, flat = _flat(lists)
     out = np.zeros(len(lists), bool)
     if len(parents):
-        pairs = np.stack([parents, flat.astype(np.int64)], axis=1)
-        uniq, counts = np.unique(pairs, axis=0, return_counts=True)
+        uniq, counts = np.unique(np.stack([parents, flat], axis=1), axis=0, return_counts=True)
         out[uniq[counts > 1, 0]] = True
     return out
 
