@@ -24,6 +24,7 @@ from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
 from pipelines.schemas import arrow_schema
+from pipelines.vector_fold import event_ids
 
 K = AnomalyKind
 Mask: TypeAlias = pa.Array | pa.ChunkedArray
@@ -44,24 +45,43 @@ def shape(rows: pa.Table, mask: Mask, kind: AnomalyKind, details: Sequence[str],
 
     ``details`` names the columns kept in the JSON details (nulls left out); ``cols`` maps an anomalies column to
     the source column that fills it (None: null), otherwise the same-named column is used when present.
-    Evidence is the row's ``event_id`` unless ``evidence`` says otherwise.
+    Evidence is the row's ``event_id`` unless ``evidence`` says otherwise (then rows are shaped one by one).
+    A storm can flag a million rows: columns are moved by Arrow kernels, only the JSON is built per row.
     """
     flagged = rows.filter(pc.fill_null(mask, False)) if rows.num_rows else rows
-    if flagged.num_rows == 0:
+    n = flagged.num_rows
+    if n == 0:
         return ANOMALY_SCHEMA.empty_table()
-    out: list[dict[str, Any]] = []
-    for r in flagged.to_pylist():
-        ev = evidence(r) if evidence is not None else [r["event_id"]]
-        d = {k: r[k] for k in details if r.get(k) is not None}
-        d.update(extra_details or {})
-        row = {"cluster": r["cluster"], "anomaly_id": event_id(r["cluster"], str(kind), *ev), "kind": str(kind),
-               "severity": SEVERITY[kind], "event_time": r.get(time_column), "detected_at": r.get(time_column),
-               "zxid": r.get("zxid"), "details": json.dumps(d, sort_keys=True, default=str), "evidence": ev}
-        for c in _ROW_COLUMNS:
-            src = cols.get(c, c)
-            row[c] = r.get(src) if src is not None else None
-        out.append(row)
-    return pa.Table.from_pylist(out, schema=ANOMALY_SCHEMA)
+    if evidence is not None:
+        flagged = flagged.append_column("_evidence", pa.array([evidence(r) for r in flagged.to_pylist()],
+                                                               pa.list_(pa.string())))
+        ids = pa.array([event_id(c, str(kind), *ev) for c, ev in zip(
+            flagged["cluster"].to_pylist(), flagged["_evidence"].to_pylist(), strict=True)], pa.string())
+        ev_col = flagged["_evidence"]
+    else:
+        ids = event_ids(flagged["cluster"], str(kind), flagged["event_id"])
+        ev_col = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
+                                          pc.cast(flagged["event_id"], pa.string()).combine_chunks())
+    out: dict[str, Any] = {
+        "cluster": flagged["cluster"], "anomaly_id": ids, "kind": pa.array([str(kind)] * n, pa.string()),
+        "severity": pa.array([SEVERITY[kind]] * n, pa.string()),
+        "event_time": flagged[time_column], "detected_at": flagged[time_column],
+        "zxid": flagged["zxid"] if "zxid" in flagged.column_names else None,
+        "details": pa.array(_details_json(flagged, details, extra_details or {}), pa.string()), "evidence": ev_col,
+    }
+    for c in _ROW_COLUMNS:
+        src = cols.get(c, c)
+        out[c] = flagged[src] if src is not None and src in flagged.column_names else None
+    arrays = [pa.nulls(n, f.type) if out[f.name] is None else pc.cast(out[f.name], f.type) for f in ANOMALY_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=ANOMALY_SCHEMA)
+
+
+def _details_json(rows: pa.Table, names: Sequence[str], extra: dict[str, Any]) -> list[str]:
+    """One JSON object per row: the named columns without their nulls, plus ``extra`` (keys sorted)."""
+    keys = sorted({*(k for k in names if k in rows.column_names), *extra})
+    columns = [rows[k].to_pylist() if k not in extra else [extra[k]] * rows.num_rows for k in keys]
+    dumps = json.JSONEncoder(sort_keys=True, default=str).encode
+    return [dumps({k: v for k, v in zip(keys, values, strict=True) if v is not None}) for values in zip(*columns, strict=True)]
 
 
 def concat(parts: Sequence[pa.Table]) -> pa.Table:
