@@ -2,8 +2,9 @@
 
 ``run_increment`` is the only engine: ``zkledger rebuild`` runs it once from empty carried state over all
 history, ``zkledger monitor`` runs it per micro-batch with the carried state (``Carried``, Arrow on the driver).
-The per-key fold runs per key BUCKET (``repartition`` by (topic, partition), sorted by zxid, one ``mapInArrow``
-call per bucket into ``pipelines.vector_fold``), seeded with each touched key's carried row.
+Given DataFrames, decode and the keyed fold run in Spark: per key BUCKET (``repartition`` by (topic, partition),
+sorted by zxid, one ``mapInArrow`` call per bucket into ``pipelines.vector_fold``), seeded with each touched
+key's carried row. Given Arrow tables (a small increment), the same kernels run in this process.
 """
 
 from __future__ import annotations
@@ -123,7 +124,6 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     """
     committed = None if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None \
         else (carried.txnlog_min_zxid, carried.txnlog_max_zxid)
-    local = isinstance(znode_events, pa.Table)
     decoded_df: DataFrame | None = None
     if isinstance(znode_events, pa.Table):
         decoded = decode_table(znode_events, committed)
@@ -170,7 +170,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
                     if a["_trigger"] in increment_ids and not _covered_gap(a, txn_max)]
     parts = [D.detect_illegal_transitions(pt_t, rt_t), D.write_anomalies(writes_t),
-             D.detect_collection_gaps(_gap_rows(znode_events, local), txn_max)]
+             D.detect_collection_gaps(_gap_rows(znode_events), txn_max)]
     if dec_t.num_rows:
         zk_writes = writes_t.select(list(_ZK_WRITE_COLUMNS))
         if carried.zk_writes is not None:  # only the partitions the logs speak about
@@ -291,12 +291,11 @@ def _txnlog_bounds(znode_events: DataFrame | pa.Table) -> tuple[int | None, int 
     return row["lo"], row["hi"]
 
 
-def _gap_rows(znode_events: DataFrame | pa.Table, local: bool) -> pa.Table:
+def _gap_rows(znode_events: DataFrame | pa.Table) -> pa.Table:
     """The bronze rows that report missed versions (few), as Arrow for ``detectors.detect_collection_gaps``."""
     if isinstance(znode_events, pa.Table):
         gaps = znode_events.filter(pc.fill_null(pc.greater(znode_events["missed_versions"], 0), False))
         return gaps.select(list(D.GAP_COLUMNS))
-    del local
     return znode_events.filter(F.col("missed_versions") > 0).select(*D.GAP_COLUMNS).toArrow()
 
 
