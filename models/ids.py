@@ -9,3 +9,12 @@ def event_id(*parts: object) -> str:
     """sha1 of the parts joined by U+001F, first 24 hex chars; None becomes the empty string."""
     joined = "\x1f".join("" if p is None else str(p) for p in parts)
     return hashlib.sha1(joined.encode("utf-8")).hexdigest()[:24]
+
+
+def step_id(source_event_id: str, partition: int, machine: str, n: int) -> str:
+    """Id of the n-th state machine step (``machine`` 'pt' or 'rt') caused by a metadata event on a partition.
+
+    Composed, not hashed: a rebuild emits several steps per event and the source id is already unique (the
+    partition keeps apart the steps of a topic deletion fanned out over its partitions).
+    """
+    return f"{source_event_id}/{partition}/{machine}{n}"

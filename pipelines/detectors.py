@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,12 +22,12 @@ from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
+from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
 from pipelines.schemas import arrow_schema
 from pipelines.vector_fold import event_ids
 
 K = AnomalyKind
 Mask: TypeAlias = pa.Array | pa.ChunkedArray
-BoolArray = npt.NDArray[np.bool_]
 
 ANOMALY_SCHEMA = arrow_schema("anomalies")
 _ROW_COLUMNS = ("topic", "partition", "replica", "broker", "controller_id", "controller_epoch")
@@ -87,54 +86,6 @@ def _details_json(rows: pa.Table, names: Sequence[str], extra: dict[str, Any]) -
 def concat(parts: Sequence[pa.Table]) -> pa.Table:
     tables = [p.select(ANOMALY_SCHEMA.names).cast(ANOMALY_SCHEMA) for p in parts if p.num_rows]
     return pa.concat_tables(tables) if tables else ANOMALY_SCHEMA.empty_table()
-
-
-# --- list helpers (vectorised over the flattened lists; Spark's array semantics) ------------------------------
-_NULL_ELEMENT = -(2**40)  # a null list element, compared like a value (as array_except/array_distinct do)
-
-
-def _flat(lists: Mask) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """(owning row, value) of every element of a list<int> column; a null element is ``_NULL_ELEMENT``."""
-    arr = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-    parents = pc.list_parent_indices(arr).to_numpy().astype(np.int64)
-    values = pc.fill_null(pc.cast(pc.list_flatten(arr), pa.int64()), _NULL_ELEMENT).to_numpy(zero_copy_only=False)
-    return parents, values.astype(np.int64)
-
-
-def list_contains(lists: Mask, values: Mask) -> pa.Array:
-    """SQL ``array_contains(lists, values)``: null for a null list or value, or no match in a list holding a null."""
-    n = len(lists)
-    parents, flat = _flat(lists)
-    want = pc.fill_null(pc.cast(values, pa.int64()), _NULL_ELEMENT).to_numpy(zero_copy_only=False)
-    hit = np.zeros(n, bool)
-    has_null = np.zeros(n, bool)
-    hit[parents[(flat == want[parents]) & (flat != _NULL_ELEMENT)]] = True
-    has_null[parents[flat == _NULL_ELEMENT]] = True
-    null = ~pc.is_valid(lists).to_numpy(zero_copy_only=False) | (want == _NULL_ELEMENT) | (~hit & has_null)
-    return pa.array(hit, pa.bool_(), mask=null)
-
-
-def list_has_outside(lists: Mask, allowed: Mask) -> BoolArray:
-    """Per row: ``size(array_except(lists, allowed)) > 0`` (False when either list is null)."""
-    n = len(lists)
-    parents, flat = _flat(lists)
-    a_parents, a_flat = _flat(allowed)
-    shift = np.int64(2**42)  # (row, value) as one int64: values stay within +-2**41
-    inside = np.isin(parents * shift + flat, a_parents * shift + a_flat)
-    out = np.zeros(n, bool)
-    out[parents[~inside]] = True
-    both: BoolArray = pc.and_(pc.is_valid(lists), pc.is_valid(allowed)).to_numpy(zero_copy_only=False)
-    return out & both
-
-
-def list_has_duplicates(lists: Mask) -> BoolArray:
-    """Per row: ``size(array_distinct(lists)) != size(lists)``."""
-    parents, flat = _flat(lists)
-    out = np.zeros(len(lists), bool)
-    if len(parents):
-        uniq, counts = np.unique(np.stack([parents, flat], axis=1), axis=0, return_counts=True)
-        out[uniq[counts > 1, 0]] = True
-    return out
 
 
 # --- from enriched state writes -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from models.ids import event_id
+from models.ids import step_id
 from models.states import (
     DEFAULT_KAFKA_VERSION,
     PartitionState,
@@ -186,7 +186,7 @@ class BucketFolder:
         return {
             "rec": "pt", "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "zxid": row["zxid"],
             "event_time": row["event_time"], "from_state": before, "to_state": target, "legal": legal,
-            "cause": cause, "event_id": event_id(v.cluster, "pt", row["event_id"], n), "src_event_id": row["event_id"],
+            "cause": cause, "event_id": step_id(row["event_id"], v.partition, "pt", n), "src_event_id": row["event_id"],
         }
 
     def _rstep(self, v: KeyView, row: dict[str, Any], replica: int, target: str, cause: str) -> dict[str, Any]:
@@ -200,7 +200,7 @@ class BucketFolder:
         return {
             "rec": "rt", "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "replica": replica,
             "zxid": row["zxid"], "event_time": row["event_time"], "from_state": before, "to_state": target,
-            "legal": legal, "cause": cause, "event_id": event_id(v.cluster, "rt", row["event_id"], n),
+            "legal": legal, "cause": cause, "event_id": step_id(row["event_id"], v.partition, "rt", n),
             "src_event_id": row["event_id"],
         }
 

@@ -32,6 +32,7 @@ from models.fold import (
     transition_matrix,
 )
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
+from pipelines.list_kernels import flat, member_of_row, padded
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 
 IntArray = npt.NDArray[np.int64]
@@ -52,6 +53,13 @@ def event_ids(*parts: pa.Array | str) -> pa.Array:
     cols = [pc.fill_null(c, "") for c in cols]
     joined = pc.binary_join_element_wise(*cols, _ID_SEP).to_pylist()
     return pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in joined], pa.string())
+
+
+def step_ids(source_ids: pa.Array, partitions: pa.Array, machine: str, step_n: IntArray) -> pa.Array:
+    """Vectorised ``models.ids.step_id``."""
+    n = len(step_n)
+    steps = pc.binary_join_element_wise(pa.array([machine] * n, pa.string()), pc.cast(pa.array(step_n), pa.string()), "")
+    return pc.binary_join_element_wise(source_ids, pc.cast(partitions, pa.string()), steps, "/")
 
 
 def segmented_compose(funcs: npt.NDArray[np.int8], seg_start: IntArray) -> npt.NDArray[np.int8]:
@@ -220,14 +228,8 @@ class _FastFold:
         """
         src = np.nonzero(rows_mask)[0] if row_of is None else np.nonzero(rows_mask & (row_of >= 0))[0]
         read_from = src if row_of is None else row_of[src]
-        lists = pc.take(self.rows[column], pa.array(read_from, pa.int64()))
-        if isinstance(lists, pa.ChunkedArray):
-            lists = lists.combine_chunks()
-        values = pc.list_flatten(lists)
-        parents = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
-        # position in its own list: flattened index minus the flattened index of the list's first element
-        position = np.arange(len(parents)) - np.searchsorted(parents, parents, side="left")
-        return src[parents], values.to_numpy(zero_copy_only=False).astype(np.int64), position
+        parents, values, position = flat(pc.take(self.rows[column], pa.array(read_from, pa.int64())))
+        return src[parents], values, position
 
     def _replica_steps(self) -> tuple[dict[str, Any], pa.Table]:
         t = self.t
@@ -240,8 +242,7 @@ class _FastFold:
         i_rows, i_rep, i_pos = self._explode("isr", self.is_write)
         o_rows, o_rep, o_pos = self._explode("isr", self.is_write, row_of=self.lw_before)
         if len(o_rows):  # a previous ISR member still in the new ISR is not a step
-            isr_pairs = i_rows * (1 << 32) + (i_rep & 0xFFFFFFFF)
-            keep = ~np.isin(o_rows * (1 << 32) + (o_rep & 0xFFFFFFFF), isr_pairs)
+            keep = ~member_of_row(o_rep, o_rows, padded(self.rows["isr"]))
             o_rows, o_rep, o_pos = o_rows[keep], o_rep[keep], o_pos[keep]
         isr_len = self._list_lengths("isr")
         kind = np.concatenate([np.full(len(s_rows), 0), np.full(len(a_rows), 1), np.full(len(i_rows), 2),
@@ -312,16 +313,16 @@ class _FastFold:
         rows, r = self.rows, pa.array(s["row"], pa.int64())
         src_ids = pc.take(rows["event_id"], r)
         state_names = np.array([str(x) for x in names], object)
-        cluster = pc.take(rows["cluster"], r)
+        partition = pc.take(rows["partition"], r)
         cols: dict[str, Any] = {
-            "rec": pa.array([rec] * len(r), pa.string()), "cluster": cluster,
-            "topic": pc.take(rows["topic"], r), "partition": pc.take(rows["partition"], r),
+            "rec": pa.array([rec] * len(r), pa.string()), "cluster": pc.take(rows["cluster"], r),
+            "topic": pc.take(rows["topic"], r), "partition": partition,
             "replica": pa.array(s["replica"], pa.int32()) if s["replica"] is not None else None,
             "zxid": pc.take(rows["zxid"], r), "event_time": pc.take(rows["event_time"], r),
             "from_state": pa.array(state_names[s["from"]].tolist(), pa.string()),
             "to_state": pa.array(state_names[s["to"]].tolist(), pa.string()),
             "legal": pa.array(s["legal"], pa.bool_()), "cause": pa.array(s["cause"].tolist(), pa.string()),
-            "event_id": event_ids(cluster, rec, src_ids, pa.array(step_n, pa.int64())) if len(r) else pa.array([], pa.string()),
+            "event_id": step_ids(src_ids, partition, rec, step_n),
         }
         return self._table(cols, len(r))
 

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.detectors import (
-    detect_leader_not_in_isr,
-    detect_unclean_elections,
-    list_contains,
-    list_has_duplicates,
-    list_has_outside,
-)
+from pipelines.detectors import detect_leader_not_in_isr, detect_unclean_elections
+from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside, member_of_row, padded
 
 ints = st.lists(st.one_of(st.none(), st.integers(-1, 5)), max_size=5)
 maybe_list = st.one_of(st.none(), ints)
@@ -67,3 +63,14 @@ def test_unclean_election_needs_a_new_leader_outside_a_known_previous_isr() -> N
                 prev_leader=[1, 1, 1, 1])
     # 0: 2 was in the ISR (clean); 1: 3 was not (unclean); 2: previous ISR unknown; 3: same leader
     assert detect_unclean_elections(w)["partition"].to_pylist() == [1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(maybe_list, max_size=30), st.lists(st.tuples(st.integers(0, 29), st.integers(-1, 5)), max_size=40))
+def test_member_of_row_matches_python(lists: list[list[int | None] | None], probes: list[tuple[int, int]]) -> None:
+    probes = [(r, v) for r, v in probes if r < len(lists)]
+    matrix = padded(_lists(lists))
+    rows = np.array([r for r, _ in probes], np.int64)
+    values = np.array([v for _, v in probes], np.int64)
+    got = member_of_row(values, rows, matrix).tolist()
+    assert got == [v in (lists[r] or []) for r, v in probes]

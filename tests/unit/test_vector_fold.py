@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.fold import PARTITION_STATES_BY_CODE, REPLICA_STATES_BY_CODE
-from models.ids import event_id
+from models.ids import event_id, step_id
 from pipelines.engine import FOLD_ARROW_SCHEMA
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
-from pipelines.vector_fold import event_ids, fold_table, segmented_compose
+from pipelines.vector_fold import event_ids, fold_table, segmented_compose, step_ids
 
 ROW_SCHEMA = pa.schema([
     ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("zxid", pa.int64()),
@@ -91,6 +91,8 @@ def test_vector_fold_equals_row_fold(history: tuple[list[dict[str, Any]], Global
         [dict(r) for r in rows])]
     got = fold_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), ctx).to_pylist()
     assert _canon(got) == _canon(expected)
+    step_ids_seen = [r["event_id"] for r in got if r["rec"] in ("pt", "rt")]
+    assert len(step_ids_seen) == len(set(step_ids_seen))
 
 
 def test_fast_path_is_taken_and_counts_match_a_known_history() -> None:
@@ -117,8 +119,8 @@ def test_fast_path_is_taken_and_counts_match_a_known_history() -> None:
                   (3, 2, "OfflineReplica"), (4, 1, "OfflineReplica"), (4, 2, "OnlineReplica")]
     # step ids number the steps of each source row, partition step first
     ids = {(r["zxid"], r["replica"]): r["event_id"] for r in out if r["rec"] in ("pt", "rt")}
-    assert ids[(4, None)] == event_id("c", "pt", "d", 0)
-    assert ids[(4, 2)] == event_id("c", "rt", "d", 1) and ids[(4, 1)] == event_id("c", "rt", "d", 2)
+    assert ids[(4, None)] == step_id("d", 0, "pt", 0) == "d/0/pt0"
+    assert ids[(4, 2)] == step_id("d", 0, "rt", 1) and ids[(4, 1)] == step_id("d", 0, "rt", 2)
     ps = [r for r in out if r["rec"] == "ps"]
     assert [(r["state"], r["leader"], r["isr"], r["as_of_zxid"]) for r in ps] == [("OnlinePartition", 2, [2], 4)]
 
@@ -126,6 +128,8 @@ def test_fast_path_is_taken_and_counts_match_a_known_history() -> None:
 def test_event_ids_match_the_model() -> None:
     cols = (pa.array(["a", None]), "pt", pa.array([1, 22], pa.int64()))
     assert event_ids(*cols).to_pylist() == [event_id("a", "pt", 1), event_id(None, "pt", 22)]
+    got = step_ids(pa.array(["e1", "e2"]), pa.array([0, 7], pa.int32()), "rt", np.array([3, 0]))
+    assert got.to_pylist() == [step_id("e1", 0, "rt", 3), step_id("e2", 7, "rt", 0)]
 
 
 def test_segmented_compose_restarts_at_each_segment() -> None:
