@@ -18,3 +18,12 @@ def step_id(source_event_id: str, partition: int, machine: str, n: int) -> str:
     partition keeps apart the steps of a topic deletion fanned out over its partitions).
     """
     return f"{source_event_id}/{partition}/{machine}{n}"
+
+
+def metadata_event_id(cluster: str, zxid: int, path: str | None, op: str, seq: int) -> str:
+    """Id of the seq-th metadata event decoded from a znode change: "{zxid}-{znode hash}-{seq}".
+
+    No collector in it (the same change seen by two collectors has one id). The hash covers (cluster, path,
+    op) only, so a batch hashes each distinct znode once instead of every change; zxid and seq make it unique.
+    """
+    return "-".join(("" if zxid is None else str(zxid), event_id(cluster, "meta", path, op), str(seq)))

@@ -409,10 +409,13 @@ def _decode_broker(ctx: _Ctx) -> list[MetadataEvent]:
     return [ctx.event(type_, detail=detail)]
 
 
+_DECIMAL = re.compile(r"\d+")
+
+
 def _replica_map(name: str, raw: Mapping[str, Any]) -> dict[int, tuple[int, ...]]:
     out: dict[int, tuple[int, ...]] = {}
     for key, replicas in raw.items():
-        if not re.fullmatch(r"\d+", key):
+        if not _DECIMAL.fullmatch(key):
             raise _Bad(f"{name}: partition key must be a non-negative integer string, got {key!r}")
         _check_type(f"{name}[{key}]", "int_list", replicas)
         out[int(key)] = tuple(replicas)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
-from models.ids import event_id
+from models.ids import event_id, metadata_event_id
 from models.tables import METADATA_EVENTS, QUARANTINE
 from models.znode_codec import (
     PATH_PATTERNS,
@@ -30,7 +31,7 @@ from models.znode_codec import (
     partition_state_payload,
 )
 from pipelines.schemas import schema
-from pipelines.vector_fold import event_ids
+from pipelines.vector_fold import metadata_event_ids
 
 log = logging.getLogger(__name__)
 
@@ -87,20 +88,25 @@ def _change_of(row: dict[str, Any]) -> ZnodeChange:
     )
 
 
+_EVENT_COLUMNS = tuple(c for c in METADATA_EVENTS.column_names
+                       if c not in ("cluster", "event_id", "type", "isr", "replicas", "detail", "event_time", "path"))
+_dumps = json.JSONEncoder(sort_keys=True, default=str).encode  # one encoder: json.dumps(**kw) builds one per call
+
+
 def metadata_row(cluster: str, row: dict[str, Any], seq: int, ev: MetadataEvent) -> dict[str, Any]:
     """One metadata_events row; its id ignores the collector (same change -> same id from any source)."""
-    out: dict[str, Any] = {c: getattr(ev, c, None) for c in METADATA_EVENTS.column_names if c not in ("cluster", "event_id")}
+    out: dict[str, Any] = {c: getattr(ev, c, None) for c in _EVENT_COLUMNS}
     out["type"] = str(ev.type)
     out["isr"] = list(ev.isr) if ev.isr is not None else None
     out["replicas"] = list(ev.replicas) if ev.replicas is not None else None
-    detail = dict(ev.detail or {})
+    detail = ev.detail
     if out["type"] == "COLLECTION_GAP":
-        detail["source"] = row.get("source")  # a watch gap is noise where the txnlog covers it (engine)
-    out["detail"] = json.dumps(detail, sort_keys=True, default=str) if detail else None
+        detail = {**detail, "source": row.get("source")}  # a watch gap is noise where the txnlog covers it (engine)
+    out["detail"] = _dumps(detail) if detail else None
     out["event_time"] = _utc(ev.event_time) or _utc(row["txn_time"]) or _utc(row["observed_at"])
     out["path"] = ev.path if ev.path is not None else row["path"]
     out["cluster"] = cluster
-    out["event_id"] = event_id(cluster, "meta", row["zxid"], row["path"], row["op"], seq)
+    out["event_id"] = metadata_event_id(cluster, row["zxid"], row["path"], row["op"], seq)
     out["_seq"] = seq
     out["_ok"] = True
     return out
@@ -199,8 +205,8 @@ def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[p
         return pc.take(pa.array(values, type_), pidx)
 
     created = pc.equal(pc.take(batch["op"], take), "CREATE")
-    detail_created = field([json.dumps(partition_state_detail(v, True), sort_keys=True) for v in good], pa.string())
-    detail_set = field([json.dumps(partition_state_detail(v, False), sort_keys=True) for v in good], pa.string())
+    detail_created = field([_dumps(partition_state_detail(v, True)) for v in good], pa.string())
+    detail_set = field([_dumps(partition_state_detail(v, False)) for v in good], pa.string())
     cluster, zxid, path, op = (pc.take(batch[c], take) for c in ("cluster", "zxid", "path", "op"))
     n = len(rows)
     cols: dict[str, Any] = {
@@ -214,7 +220,7 @@ def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[p
         "isr": field([list(v.isr) for v in good], pa.list_(pa.int32())),
         "zk_version": pc.take(batch["version"], take), "czxid": pc.take(batch["czxid"], take), "path": path,
         "detail": pc.if_else(created, detail_created, detail_set),
-        "event_id": event_ids(cluster, "meta", zxid, path, op, "0"),
+        "event_id": metadata_event_ids(cluster, zxid, path, op),
         "_seq": pa.array(np.zeros(n, np.int32)), "_ok": pa.array(np.ones(n, bool)),
     }
     arrays = [pa.nulls(n, f.type) if f.name not in cols else pc.cast(cols[f.name], f.type) for f in arrow_schema]
@@ -242,7 +248,7 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
     is_txn = pc.fill_null(pc.equal(bronze["source"], "txnlog"), False)
     zxid = bronze["zxid"]
     covered = pa.array(np.zeros(bronze.num_rows, bool))
-    txn = bronze.filter(is_txn)
+    txn = bronze.select(["cluster", "zxid"]).filter(is_txn)  # (filtering the payload columns costs seconds)
     if txn.num_rows:
         for b in txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")]).to_pylist():
             inside = pc.and_(pc.greater_equal(zxid, b["zxid_min"]), pc.less_equal(zxid, b["zxid_max"]))
@@ -250,23 +256,46 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
     if txnlog_range is not None:
         lo, hi = txnlog_range
         covered = pc.or_(covered, pc.fill_null(pc.and_(pc.greater_equal(zxid, lo), pc.less_equal(zxid, hi)), False))
-    kept = bronze.filter(pc.or_(is_txn, pc.invert(covered)))
-    ranks = pc.fill_null(pc.index_in(kept["source"], pa.array(list(SOURCE_RANK))), UNKNOWN_SOURCE_RANK)
-    keyed = kept.append_column("_rank", ranks)
-    group = ["cluster", "zxid", "path", "op"]
-    order = pc.sort_indices(keyed, [(c, "ascending", "at_start") for c in (*group, "_rank", "observed_at", "event_id")])
-    ordered = keyed.take(order)
-    # the first row of each (cluster, zxid, path, op) group: a null equals a null, as in Spark's window
-    first = np.ones(ordered.num_rows, bool)
-    if ordered.num_rows > 1:
-        same = np.ones(ordered.num_rows - 1, bool)
-        for c in group:
-            col = ordered[c]
-            a, b = col.slice(1), col.slice(0, ordered.num_rows - 1)
-            eq = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_null(a), pc.is_null(b)))
-            same &= pc.fill_null(eq, False).to_numpy(zero_copy_only=False)
-        first[1:] = ~same
-    return ordered.filter(pa.array(first)).select(bronze.column_names)
+    wanted = pc.or_(is_txn, pc.invert(covered))
+    kept = bronze if pc.all(wanted).as_py() else bronze.filter(wanted)
+    if kept.num_rows == 0:
+        return kept
+    # several rows can only be one change where they share a zxid (a multi, or two collectors): only those
+    # rows are grouped by (path, op) and ranked; codes make a null equal a null, as in Spark's window
+    n = kept.num_rows
+    c, z = _codes(kept["cluster"]), _codes(kept["zxid"])
+    in_order = bool(np.all((c[1:] > c[:-1]) | ((c[1:] == c[:-1]) & (z[1:] >= z[:-1]))))
+    order = np.arange(n) if in_order else np.lexsort((z, c))
+    cs, zs = c[order], z[order]
+    same_zxid = (cs[1:] == cs[:-1]) & (zs[1:] == zs[:-1])
+    shared = np.zeros(n, bool)
+    shared[1:] |= same_zxid
+    shared[:-1] |= same_zxid
+    keep = np.ones(n, bool)
+    at = np.nonzero(shared)[0]
+    if len(at):
+        rows = pa.array(order[at], pa.int64())
+        ranks = pc.fill_null(pc.index_in(pc.take(kept["source"], rows), pa.array(list(SOURCE_RANK))), UNKNOWN_SOURCE_RANK)
+        sub = pa.table({"c": cs[at], "z": zs[at], "p": _codes(pc.take(kept["path"], rows)),
+                        "o": _codes(pc.take(kept["op"], rows)), "_rank": ranks,
+                        "observed_at": pc.take(kept["observed_at"], rows), "event_id": pc.take(kept["event_id"], rows),
+                        "at": at})
+        sub = sub.take(pc.sort_indices(sub, [(k, "ascending", "at_start") for k in
+                                             ("c", "z", "p", "o", "_rank", "observed_at", "event_id")]))
+        group = np.stack([sub[k].to_numpy() for k in ("c", "z", "p", "o")], axis=1)
+        first = np.concatenate([[True], (group[1:] != group[:-1]).any(axis=1)])
+        keep[sub["at"].to_numpy()[~first]] = False  # the best source, then the earliest observation wins
+    if in_order and keep.all():
+        return kept
+    return kept.take(pa.array(order[keep], pa.int64()))
+
+
+def _codes(col: pa.ChunkedArray) -> npt.NDArray[np.int64]:
+    """An int code per value (equal values, equal codes; null -> -1), for grouping by several columns at once."""
+    if pa.types.is_integer(col.type):
+        return pc.fill_null(pc.cast(col, pa.int64()), np.iinfo(np.int64).min).to_numpy()
+    codes: npt.NDArray[np.int64] = pc.fill_null(pc.index_in(col, pc.unique(col)), -1).to_numpy().astype(np.int64)
+    return codes
 
 
 def decode_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:

@@ -329,12 +329,13 @@ def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: Global
     carried_ps, carried_rs = seeds_t
     schema = to_arrow_schema(FOLD_INPUT)
     keyed = meta_t.filter(pc.and_(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta_t["partition"])))
-    known: dict[str, set[int]] = {}
-    for t in (keyed, carried_ps):
-        for topic, part in zip(t["topic"].to_pylist(), t["partition"].to_pylist(), strict=True):
-            known.setdefault(topic, set()).add(part)
     # a topic deletion seen without its state znodes: fan out to every partition known for the topic
     deleted = meta_t.filter(pc.and_(pc.equal(meta_t["type"], "TOPIC_DELETED"), pc.is_null(meta_t["partition"])))
+    known: dict[str, set[int]] = {}
+    for t in (keyed, carried_ps) if deleted.num_rows else ():
+        t = t.filter(pc.is_in(t["topic"], deleted["topic"]))
+        for topic, part in zip(t["topic"].to_pylist(), t["partition"].to_pylist(), strict=True):
+            known.setdefault(topic, set()).add(part)
     fanned = [{**e, "partition": p, "_seq": e["_seq"] + TOPIC_FANOUT_SEQ}
               for e in deleted.to_pylist() for p in sorted(known.get(e["topic"], ()))]
     events = pa.concat_tables([_conform(keyed, schema, ord=1), _conform(pa.Table.from_pylist(fanned), schema, ord=1)])

@@ -55,6 +55,20 @@ def event_ids(*parts: pa.Array | str) -> pa.Array:
     return pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in joined], pa.string())
 
 
+def metadata_event_ids(cluster: pa.Array, zxid: pa.Array, path: pa.Array, op: pa.Array,
+                       seq: pa.Array | None = None) -> pa.Array:
+    """Vectorised ``models.ids.metadata_event_id`` (``seq`` 0 when not given): one sha1 per distinct znode."""
+    n = len(zxid)
+    meta = pa.array(["meta"] * n, pa.string())
+    znode = pc.binary_join_element_wise(*(pc.fill_null(pc.cast(p, pa.string()), "") for p in (cluster, meta, path, op)),
+                                        _ID_SEP)
+    distinct = pc.unique(znode)
+    hashes = pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in distinct.to_pylist()], pa.string())
+    seq_text = pa.array(["0"] * n, pa.string()) if seq is None else pc.cast(seq, pa.string())
+    return pc.binary_join_element_wise(pc.fill_null(pc.cast(zxid, pa.string()), ""),
+                                       pc.take(hashes, pc.index_in(znode, distinct)), seq_text, "-")
+
+
 def step_ids(source_ids: pa.Array, partitions: pa.Array, machine: str, step_n: IntArray) -> pa.Array:
     """Vectorised ``models.ids.step_id``."""
     n = len(step_n)
