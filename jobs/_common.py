@@ -76,14 +76,30 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
         znodes = read_or_empty(spark, lake, "znode_events", versions["znode_events"])
         decisions = read_or_empty(spark, lake, "controller_decisions", versions["controller_decisions"])
     out = run_increment(spark, znodes, decisions, empty_carried(), cluster=lake.cluster)
-    counts: dict[str, int] = {}
     meta = writer_metadata(REBUILD_WRITER, versions)
-    for table in DERIVED_TABLES:
+
+    def overwrite(table: str) -> None:
         lake.ensure(table)
         seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
         write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode="overwrite", metadata=meta)
-        counts[table] = out[table].num_rows
-    return counts
+
+    write_tables(overwrite)
+    return {table: out[table].num_rows for table in DERIVED_TABLES}
+
+
+STATE_TABLES = ("partition_state", "replica_state")
+
+
+def write_tables(write: Callable[[str], None]) -> None:
+    """``write`` every derived table: the others concurrently, then the state tables (a committed state means
+    the whole increment is committed). delta-rs encodes and commits outside the GIL, so the writes overlap."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    others = [t for t in DERIVED_TABLES if t not in STATE_TABLES]
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="delta-write") as pool:
+        for group in (others, STATE_TABLES):
+            for done in [pool.submit(write, t) for t in group]:
+                done.result()
 
 
 class MonitorCarry:
@@ -144,10 +160,13 @@ class MonitorCarry:
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:
     """Write one micro-batch's outputs exactly once (state tables last); returns its new anomalies."""
     meta = writer_metadata(writer_id)
-    for table in DERIVED_TABLES:
+
+    def write(table: str) -> None:
         lake.ensure(table)
         write_batch(out[table], lake, table, writer_id, batch_seq, mode="append" if table in APPEND_TABLES else "overwrite",
                     metadata=meta)
+
+    write_tables(write)
     return out["anomalies"]
 
 

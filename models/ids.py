@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 
@@ -26,4 +27,9 @@ def metadata_event_id(cluster: str, zxid: int, path: str | None, op: str, seq: i
     No collector in it (the same change seen by two collectors has one id). The hash covers (cluster, path,
     op) only, so a batch hashes each distinct znode once instead of every change; zxid and seq make it unique.
     """
-    return "-".join(("" if zxid is None else str(zxid), event_id(cluster, "meta", path, op), str(seq)))
+    return "-".join(("" if zxid is None else str(zxid), _znode_id(cluster, path, op), str(seq)))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _znode_id(cluster: str, path: str | None, op: str) -> str:
+    return event_id(cluster, "meta", path, op)

@@ -300,15 +300,17 @@ def _codes(col: pa.ChunkedArray) -> npt.NDArray[np.int64]:
 
 def decode_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
     """``decoded_znode_events`` on a driver-side Arrow table: the same dedupe and the same codec, no Spark job."""
-    batches = list(_decode_batches(dedupe_table(bronze, txnlog_range).to_batches()))
+    # one batch: the per-batch work (distinct payloads, znode hashes) is then done once
+    batches = list(_decode_batches(dedupe_table(bronze, txnlog_range).combine_chunks().to_batches()))
     return pa.Table.from_batches(batches, schema=_arrow_out_schema()) if batches else _arrow_out_schema().empty_table()
 
 
 def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(metadata_events + ``_seq``, quarantine) from a collected ``decoded_znode_events`` (split on the driver)."""
     ok = decoded["_ok"]
-    meta = decoded.filter(ok).select([*METADATA_EVENTS.column_names, "_seq"])
-    q = decoded.filter(pc.invert(ok))
+    all_ok = pc.all(ok).as_py()  # the usual case: no filtering of a million rows
+    meta = (decoded if all_ok else decoded.filter(ok)).select([*METADATA_EVENTS.column_names, "_seq"])
+    q = decoded.slice(0, 0) if all_ok else decoded.filter(pc.invert(ok))
     renamed = {"q_source": "source", "q_raw": "raw", "q_reason": "reason", "q_observed_at": "observed_at",
                "q_ref": "ref"}
     q = q.select(list(q.schema.names)).rename_columns([renamed.get(n, n) for n in q.schema.names])

@@ -69,7 +69,7 @@ FOLD_ARROW_SCHEMA = to_arrow_schema(FOLD_OUT)
 
 DERIVED_TABLES = ("metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies",
                   "controller_tenure", "replica_state", "partition_state")
-"""Write order: state tables LAST, so a committed state means the whole increment is committed."""
+"""State tables are written LAST (jobs._common.write_tables), so a committed state means the whole increment is."""
 APPEND_TABLES = frozenset({"metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies"})
 
 

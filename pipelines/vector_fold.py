@@ -43,13 +43,15 @@ P_NE, P_NEW, P_ON, P_OFF = (PARTITION_CODES[s] for s in (PartitionState.NON_EXIS
                                                          PartitionState.ONLINE, PartitionState.OFFLINE))
 R_NE, R_NEW, R_ON, R_OFF = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT, ReplicaState.NEW,
                                                        ReplicaState.ONLINE, ReplicaState.OFFLINE))
+CAUSES = pa.array(["", "assignment", "in isr", "removed from isr", "state created", "leader elected", "no leader"])
+C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_CREATED, C_ELECTED, C_NO_LEADER = range(1, 7)  # indexes into CAUSES
 _ID_SEP = "\x1f"  # models.ids.event_id joins its parts with U+001F
 
 
 def event_ids(*parts: pa.Array | str) -> pa.Array:
     """Vectorised ``models.ids.event_id`` over columns (strings or ints; a str part is a constant)."""
     n = next(len(p) for p in parts if not isinstance(p, str))
-    cols = [pa.array([p] * n, pa.string()) if isinstance(p, str) else pc.cast(p, pa.string()) for p in parts]
+    cols = [pa.repeat(pa.scalar(p), n) if isinstance(p, str) else pc.cast(p, pa.string()) for p in parts]
     cols = [pc.fill_null(c, "") for c in cols]
     joined = pc.binary_join_element_wise(*cols, _ID_SEP).to_pylist()
     return pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in joined], pa.string())
@@ -58,21 +60,33 @@ def event_ids(*parts: pa.Array | str) -> pa.Array:
 def metadata_event_ids(cluster: pa.Array, zxid: pa.Array, path: pa.Array, op: pa.Array,
                        seq: pa.Array | None = None) -> pa.Array:
     """Vectorised ``models.ids.metadata_event_id`` (``seq`` 0 when not given): one sha1 per distinct znode."""
-    n = len(zxid)
-    meta = pa.array(["meta"] * n, pa.string())
-    znode = pc.binary_join_element_wise(*(pc.fill_null(pc.cast(p, pa.string()), "") for p in (cluster, meta, path, op)),
+    znode = pc.binary_join_element_wise(*(pc.fill_null(pc.cast(p, pa.string()), "") for p in (cluster, path, op)),
                                         _ID_SEP)
     distinct = pc.unique(znode)
-    hashes = pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in distinct.to_pylist()], pa.string())
-    seq_text = pa.array(["0"] * n, pa.string()) if seq is None else pc.cast(seq, pa.string())
+    hashes = pa.array([_znode_hash(s) for s in distinct.to_pylist()], pa.string())
+    seq_text = pa.scalar("0") if seq is None else pc.cast(seq, pa.string())
     return pc.binary_join_element_wise(pc.fill_null(pc.cast(zxid, pa.string()), ""),
                                        pc.take(hashes, pc.index_in(znode, distinct)), seq_text, "-")
 
 
+_ZNODE_HASHES: dict[str, str] = {}  # a cluster has a bounded set of znodes: successive batches reuse the hashes
+
+
+def _znode_hash(cluster_path_op: str) -> str:
+    """``event_id(cluster, "meta", path, op)`` of a "cluster<US>path<US>op" key."""
+    h = _ZNODE_HASHES.get(cluster_path_op)
+    if h is None:
+        if len(_ZNODE_HASHES) >= 2_000_000:
+            _ZNODE_HASHES.clear()
+        cluster, rest = cluster_path_op.split(_ID_SEP, 1)
+        joined = f"{cluster}{_ID_SEP}meta{_ID_SEP}{rest}"
+        h = _ZNODE_HASHES[cluster_path_op] = hashlib.sha1(joined.encode("utf-8")).hexdigest()[:24]
+    return h
+
+
 def step_ids(source_ids: pa.Array, partitions: pa.Array, machine: str, step_n: IntArray) -> pa.Array:
     """Vectorised ``models.ids.step_id``."""
-    n = len(step_n)
-    steps = pc.binary_join_element_wise(pa.array([machine] * n, pa.string()), pc.cast(pa.array(step_n), pa.string()), "")
+    steps = pc.binary_join_element_wise(pa.scalar(machine), pc.cast(pa.array(step_n), pa.string()), "")
     return pc.binary_join_element_wise(source_ids, pc.cast(partitions, pa.string()), steps, "/")
 
 
@@ -217,10 +231,10 @@ class _FastFold:
         target[online & ~(same & (before == P_ON))] = P_ON
         target[offline & (before != P_OFF)] = P_OFF
         emitted = target >= 0
-        cause = np.full(n, "", object)
-        cause[self.is_assign] = "assignment"
-        cause[online] = np.where(np.isnan(prev_leader[online]), "state created", "leader elected")
-        cause[offline] = "no leader"
+        cause = np.zeros(n, np.int64)
+        cause[self.is_assign] = C_ASSIGNMENT
+        cause[online] = np.where(np.isnan(prev_leader[online]), C_CREATED, C_ELECTED)
+        cause[offline] = C_NO_LEADER
         rows = np.nonzero(emitted)[0]
         return {"row": rows, "slot": np.zeros(len(rows), np.int64), "replica": None,
                 "from": before[rows], "to": target[rows], "legal": t.pl[before[rows], target[rows]],
@@ -296,7 +310,7 @@ class _FastFold:
         np.logical_or.at(seg_present, seg_id, present)
         seg_last = np.append(np.nonzero(boundary)[0][1:] - 1, len(order) - 1) if len(order) else np.zeros(0, np.int64)
         final_idx = seg_last[seg_present]
-        cause = np.array(["", "assignment", "in isr", "removed from isr"], object)[kind]
+        cause = np.array([0, C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR])[kind]
         e = np.nonzero(emitted)[0]
         steps = {"row": row[e], "slot": slot[e], "replica": rep[e], "from": before[e], "to": target[e],
                  "legal": legal[e], "cause": cause[e]}
@@ -326,16 +340,15 @@ class _FastFold:
     def _transitions(self, rec: str, s: dict[str, Any], step_n: IntArray, names: Sequence[object]) -> pa.Table:
         rows, r = self.rows, pa.array(s["row"], pa.int64())
         src_ids = pc.take(rows["event_id"], r)
-        state_names = np.array([str(x) for x in names], object)
+        state_names = pa.array([str(x) for x in names], pa.string())
         partition = pc.take(rows["partition"], r)
         cols: dict[str, Any] = {
-            "rec": pa.array([rec] * len(r), pa.string()), "cluster": pc.take(rows["cluster"], r),
+            "rec": pa.repeat(pa.scalar(rec), len(r)), "cluster": pc.take(rows["cluster"], r),
             "topic": pc.take(rows["topic"], r), "partition": partition,
             "replica": pa.array(s["replica"], pa.int32()) if s["replica"] is not None else None,
             "zxid": pc.take(rows["zxid"], r), "event_time": pc.take(rows["event_time"], r),
-            "from_state": pa.array(state_names[s["from"]].tolist(), pa.string()),
-            "to_state": pa.array(state_names[s["to"]].tolist(), pa.string()),
-            "legal": pa.array(s["legal"], pa.bool_()), "cause": pa.array(s["cause"].tolist(), pa.string()),
+            "from_state": pc.take(state_names, pa.array(s["from"])), "to_state": pc.take(state_names, pa.array(s["to"])),
+            "legal": pa.array(s["legal"], pa.bool_()), "cause": pc.take(CAUSES, pa.array(s["cause"])),
             "event_id": step_ids(src_ids, partition, rec, step_n),
         }
         return self._table(cols, len(r))
@@ -347,7 +360,7 @@ class _FastFold:
         before = self.lw_before[w]
         leader = self.leader[w]
         cols: dict[str, Any] = {
-            "rec": pa.array(["w"] * len(w), pa.string()),
+            "rec": pa.repeat(pa.scalar("w"), len(w)),
             **{c: pc.take(rows[c], r) for c in ("cluster", "topic", "partition", "zxid", "event_time", "event_id",
                                                 "leader", "leader_epoch", "controller_epoch", "isr")},
             "replicas": _take(rows["replicas"], self.ra_at[w]),
@@ -401,22 +414,22 @@ class _FastFold:
         return as_of, last_time
 
     def _partition_finals(self, final_codes: IntArray) -> pa.Table:
-        names = np.array([str(x) for x in PARTITION_STATES_BY_CODE], object)
+        names = pa.array([str(x) for x in PARTITION_STATES_BY_CODE], pa.string())
         cols = self._view_cols(self.key_last)
-        cols["rec"] = pa.array(["ps"] * len(self.key_last), pa.string())
-        cols["state"] = pa.array(names[final_codes].tolist(), pa.string())
+        cols["rec"] = pa.repeat(pa.scalar("ps"), len(self.key_last))
+        cols["state"] = pc.take(names, pa.array(final_codes))
         cols["controller_epoch"] = _take(self.rows["controller_epoch"], self.lw_at[self.key_last])
         return self._table(cols, len(self.key_last))
 
     def _replica_finals(self, rows: IntArray, replicas: IntArray, codes: IntArray) -> pa.Table:
-        names = np.array([str(x) for x in REPLICA_STATES_BY_CODE], object)
+        names = pa.array([str(x) for x in REPLICA_STATES_BY_CODE], pa.string())
         key_rows = self.key_last[self.key_of[rows]]
         order = np.lexsort((replicas, self.key_of[rows]))
         key_rows, replicas, codes = key_rows[order], replicas[order], codes[order]
         cols = self._view_cols(key_rows)
-        cols["rec"] = pa.array(["rs"] * len(key_rows), pa.string())
+        cols["rec"] = pa.repeat(pa.scalar("rs"), len(key_rows))
         cols["replica"] = pa.array(replicas, pa.int32())
-        cols["state"] = pa.array(names[codes].tolist(), pa.string())
+        cols["state"] = pc.take(names, pa.array(codes))
         return self._table(cols, len(key_rows))
 
     def _table(self, cols: dict[str, Any], n: int) -> pa.Table:

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from models.fold import PARTITION_STATES_BY_CODE, REPLICA_STATES_BY_CODE
-from models.ids import event_id, step_id
+from models.ids import event_id, metadata_event_id, step_id
 from pipelines.engine import FOLD_ARROW_SCHEMA
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
-from pipelines.vector_fold import event_ids, fold_table, segmented_compose, step_ids
+from pipelines.vector_fold import event_ids, fold_table, metadata_event_ids, segmented_compose, step_ids
 
 ROW_SCHEMA = pa.schema([
     ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("zxid", pa.int64()),
@@ -138,3 +138,12 @@ def test_segmented_compose_restarts_at_each_segment() -> None:
     starts = np.array([0, 0, 0, 3, 3])
     prefix = segmented_compose(funcs, starts)
     assert prefix[:, 0].tolist() == [1, 0, 1, 1, 0]
+
+
+def test_metadata_event_ids_match_the_model() -> None:
+    cluster, zxid = pa.array(["c", "c", "d"]), pa.array([5, 6, 5], pa.int64())
+    path, op = pa.array(["/a", None, "/a"]), pa.array(["SET", "SET", "SET"])
+    got = metadata_event_ids(cluster, zxid, path, op, pa.array([0, 2, 0], pa.int32())).to_pylist()
+    assert got == [metadata_event_id("c", 5, "/a", "SET", 0), metadata_event_id("c", 6, None, "SET", 2),
+                   metadata_event_id("d", 5, "/a", "SET", 0)]
+    assert len(set(got)) == 3
