@@ -76,6 +76,7 @@ class StreamingSettings:
 @dataclass(frozen=True)
 class PipelineSettings:
     local_max_rows: int
+    rebuild_chunk_rows: int
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "spark.log_level": (lambda v: v.upper() in _LOG_LEVELS, "one of " + ", ".join(sorted(_LOG_LEVELS))),
     "streaming.trigger_seconds": (lambda v: v > 0, "a positive number"),
     "pipeline.local_max_rows": (lambda v: v >= 0, "a non-negative integer (0 = always through Spark)"),
+    "pipeline.rebuild_chunk_rows": (lambda v: v >= 0, "a non-negative integer (0 = the whole history at once)"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
     "monitor.webhook": (lambda v: v == "" or v.startswith(("http://", "https://")), "empty or an http(s) URL"),

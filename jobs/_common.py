@@ -10,8 +10,10 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -54,37 +56,113 @@ def read_or_empty(spark: SparkSession, lake: Lake, table: str, version: int | No
     return read_table(spark, lake, table, version=version)
 
 
-LOCAL_MAX_ROWS = 200_000
+LOCAL_MAX_ROWS = 1_000_000
 """Default of settings ``pipeline.local_max_rows``: increments up to this many bronze rows run in the driver."""
 
+REBUILD_CHUNK_ROWS = 1_000_000
+"""Default of settings ``pipeline.rebuild_chunk_rows``: a longer history is rebuilt in zxid-ordered chunks."""
 
-def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROWS) -> dict[str, int]:
-    """Batch: all bronze history through one increment from empty state; overwrites every derived table.
 
-    The bronze versions read are recorded with the commits, so a new monitor continues right after them.
-    A history of at most ``local_max_rows`` bronze rows is read with delta-rs and computed in this process.
+def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROWS,
+            chunk_rows: int = REBUILD_CHUNK_ROWS) -> dict[str, int]:
+    """Batch: all bronze history from empty state; overwrites every derived table.
+
+    The history goes through ``run_increment`` in chunks of about ``chunk_rows`` bronze rows, in zxid order,
+    each continuing from the state the previous one left (as the monitor's micro-batches do), so the driver
+    holds one chunk's rows and outputs, never the whole history's. Controller decisions go with the last chunk,
+    when every znode write they are checked against is known. A chunk of at most ``local_max_rows`` rows is
+    read with delta-rs and computed in this process, a larger one through Spark.
+    The bronze versions read are recorded with the last commits, so a new monitor continues right after them
+    (an interrupted rebuild leaves no such record: the monitor asks for a rebuild).
     """
     for table in STREAMED_TABLES:
         lake.ensure(table)
     versions = {t: int(lake.version(t) or 0) for t in STREAMED_TABLES}  # one snapshot, even while collectors write
-    znodes: DataFrame | pa.Table
-    decisions: DataFrame | pa.Table
-    if sum(lake.row_count(t, versions[t]) for t in STREAMED_TABLES) <= local_max_rows:
-        znodes = lake.read_arrow("znode_events", versions["znode_events"])
-        decisions = lake.read_arrow("controller_decisions", versions["controller_decisions"])
-    else:
-        znodes = read_or_empty(spark, lake, "znode_events", versions["znode_events"])
-        decisions = read_or_empty(spark, lake, "controller_decisions", versions["controller_decisions"])
-    out = run_increment(spark, znodes, decisions, empty_carried(), cluster=lake.cluster)
-    meta = writer_metadata(REBUILD_WRITER, versions)
+    ranges = _zxid_chunks(lake, versions["znode_events"], chunk_rows)
+    carry = MonitorCarry.fresh(lake, _txnlog_range(lake, versions["znode_events"]))
+    counts = dict.fromkeys(DERIVED_TABLES, 0)
+    for i, chunk in enumerate(ranges):
+        last = i == len(ranges) - 1
+        znodes = _znode_chunk(spark, lake, versions["znode_events"], chunk, local_max_rows)
+        decisions = _decision_rows(spark, lake, versions["controller_decisions"], local_max_rows, last)
+        out = run_increment(spark, znodes, decisions, carry.carried, cluster=lake.cluster)
+        meta = writer_metadata(REBUILD_WRITER, versions if last else None)
 
-    def overwrite(table: str) -> None:
-        lake.ensure(table)
-        seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
-        write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode="overwrite", metadata=meta)
+        def write(table: str, first: bool = i == 0, out: Outputs = out, meta: dict[str, str] = meta) -> None:
+            lake.ensure(table)
+            seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
+            mode = "append" if table in APPEND_TABLES and not first else "overwrite"
+            write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode=mode, metadata=meta)
 
-    write_tables(overwrite)
-    return {table: out[table].num_rows for table in DERIVED_TABLES}
+        write_tables(write)
+        carry.advance(out)
+        for table in DERIVED_TABLES:
+            counts[table] = out[table].num_rows + (counts[table] if table in APPEND_TABLES else 0)
+        if len(ranges) > 1:
+            log.info("rebuild chunk %d/%d: zxid [%s, %s), %d bronze rows, %d metadata events", i + 1, len(ranges),
+                     chunk[0], chunk[1], chunk[2], out["metadata_events"].num_rows)
+    return counts
+
+
+Chunk = tuple[int | None, int | None, int]
+"""[lo, hi) zxid range of a rebuild chunk (None: open end) and its bronze row count."""
+
+
+def _zxid_chunks(lake: Lake, version: int, chunk_rows: int) -> list[Chunk]:
+    """Ranges of about ``chunk_rows`` bronze rows each; a zxid is never split, so the rows of one change seen by
+    several collectors are deduplicated together (rows without a zxid go with the first chunk)."""
+    total = lake.row_count("znode_events", version)
+    if chunk_rows <= 0 or total <= chunk_rows:
+        return [(None, None, total)]
+    zxids = lake.scan("znode_events", ["zxid"], version=version)["zxid"]
+    nulls = zxids.null_count
+    ordered = np.sort(zxids.drop_null().to_numpy())
+    cuts = [int(c) for c in np.unique(ordered[chunk_rows::chunk_rows]) if c > ordered[0]]
+    starts = np.searchsorted(ordered, cuts)  # rows below each cut
+    sizes = np.diff([0, *starts, len(ordered)])
+    sizes[0] += nulls
+    bounds: list[int | None] = [None, *cuts, None]
+    return [(lo, hi, int(n)) for (lo, hi), n in zip(pairwise(bounds), sizes, strict=True)]
+
+
+def _txnlog_range(lake: Lake, version: int) -> tuple[int | None, int | None]:
+    """The whole history's txnlog zxid range: every chunk drops the watch rows it covers, as one increment would."""
+    import pyarrow.dataset as ds
+
+    txn = lake.scan("znode_events", ["zxid"], where=ds.field("source") == "txnlog", version=version)["zxid"]
+    lo, hi = (v.as_py() for v in pc.min_max(txn).values())
+    return lo, hi
+
+
+def _znode_chunk(spark: SparkSession, lake: Lake, version: int, chunk: Chunk, local_max_rows: int) -> DataFrame | pa.Table:
+    """The chunk's bronze znode rows: read with delta-rs when small enough to compute here, else a DataFrame."""
+    import pyarrow.dataset as ds
+
+    lo, hi, rows = chunk
+    if rows <= local_max_rows:
+        zxid = ds.field("zxid")
+        where = None
+        if lo is not None:
+            where = zxid >= lo
+        if hi is not None:
+            below = (zxid < hi) | ~zxid.is_valid() if lo is None else zxid < hi
+            where = below if where is None else where & below
+        return lake.conform_read("znode_events", lake.scan("znode_events", where=where, version=version))
+    df = read_or_empty(spark, lake, "znode_events", version)
+    if lo is not None:
+        df = df.filter(F.col("zxid") >= lo)
+    if hi is not None:
+        df = df.filter((F.col("zxid") < hi) | F.col("zxid").isNull() if lo is None else F.col("zxid") < hi)
+    return df
+
+
+def _decision_rows(spark: SparkSession, lake: Lake, version: int, local_max_rows: int,
+                   last_chunk: bool) -> DataFrame | pa.Table:
+    if not last_chunk:
+        return lake.conform_read("controller_decisions", lake.scan("controller_decisions", version=version).slice(0, 0))
+    if lake.row_count("controller_decisions", version) <= local_max_rows:
+        return lake.read_arrow("controller_decisions", version)
+    return read_or_empty(spark, lake, "controller_decisions", version)
 
 
 STATE_TABLES = ("partition_state", "replica_state")
@@ -133,6 +211,15 @@ class MonitorCarry:
             resigns=resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS))),
         )
 
+    @classmethod
+    def fresh(cls, lake: Lake, txnlog_range: tuple[int | None, int | None]) -> MonitorCarry:
+        """Nothing committed yet (a rebuild's first chunk), with the txnlog range the whole history has."""
+        carry = cls.__new__(cls)
+        carry.lake = lake
+        carry.carried = dataclasses.replace(empty_carried(), txnlog_min_zxid=txnlog_range[0],
+                                            txnlog_max_zxid=txnlog_range[1], known_anomaly_ids=set(), resigns=[])
+        return carry
+
     def committed_ids(self, lo: int, hi: int) -> set[str]:
         """metadata_events ids already committed with zxid in [lo, hi] (cross-batch dedupe)."""
         import pyarrow.dataset as ds
@@ -155,6 +242,7 @@ class MonitorCarry:
         c.txnlog_max_zxid = max([v for v in (hi, c.txnlog_max_zxid) if v is not None], default=None)
         c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
         c.resigns = out.resigns
+        c.empty = False
 
 
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:

@@ -18,7 +18,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, lake = job_context(args)
     from zkledger.spark import build_spark
 
-    counts = rebuild(build_spark(settings, "zkledger-rebuild"), lake, settings.pipeline.local_max_rows)
+    counts = rebuild(build_spark(settings, "zkledger-rebuild"), lake, settings.pipeline.local_max_rows,
+                     settings.pipeline.rebuild_chunk_rows)
     log.info("rebuilt: %s", counts)
     return 0
 

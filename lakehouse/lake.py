@@ -201,11 +201,12 @@ class Lake:
             return 0
         return int(self._load(table, version).to_pyarrow_dataset().count_rows())
 
-    def scan(self, table: str, columns: list[str] | None = None, where: Any = None) -> pa.Table:
-        """Current rows matching a pyarrow ``where`` expression (files pruned by their statistics)."""
+    def scan(self, table: str, columns: list[str] | None = None, where: Any = None,
+             version: int | None = None) -> pa.Table:
+        """Rows (now, or at a version) matching a pyarrow ``where`` expression (files pruned by their statistics)."""
         if self.version(table) is None:
             return self.conform_read(table, arrow_schema(table).empty_table()).select(columns or arrow_schema(table).names)
-        return self._load(table).to_pyarrow_dataset().to_table(columns=columns, filter=where)
+        return self._load(table, version).to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
     def snapshot(self, table: str, version: int | None = None, as_of: datetime | None = None) -> DeltaTable:
         """A delta-rs DeltaTable pinned to a version or a time (time travel)."""

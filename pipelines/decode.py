@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, Window
@@ -30,8 +29,9 @@ from models.znode_codec import (
     partition_state_detail,
     partition_state_payload,
 )
+from pipelines.parallel import THREADS, concat_or_empty, parallel_map
 from pipelines.schemas import schema
-from pipelines.vector_fold import metadata_event_ids
+from pipelines.vector_fold import int_codes, metadata_event_ids
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
     # several rows can only be one change where they share a zxid (a multi, or two collectors): only those
     # rows are grouped by (path, op) and ranked; codes make a null equal a null, as in Spark's window
     n = kept.num_rows
-    c, z = _codes(kept["cluster"]), _codes(kept["zxid"])
+    c, z = int_codes(kept["cluster"]), int_codes(kept["zxid"])
     in_order = bool(np.all((c[1:] > c[:-1]) | ((c[1:] == c[:-1]) & (z[1:] >= z[:-1]))))
     order = np.arange(n) if in_order else np.lexsort((z, c))
     cs, zs = c[order], z[order]
@@ -276,8 +276,8 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
     if len(at):
         rows = pa.array(order[at], pa.int64())
         ranks = pc.fill_null(pc.index_in(pc.take(kept["source"], rows), pa.array(list(SOURCE_RANK))), UNKNOWN_SOURCE_RANK)
-        sub = pa.table({"c": cs[at], "z": zs[at], "p": _codes(pc.take(kept["path"], rows)),
-                        "o": _codes(pc.take(kept["op"], rows)), "_rank": ranks,
+        sub = pa.table({"c": cs[at], "z": zs[at], "p": int_codes(pc.take(kept["path"], rows)),
+                        "o": int_codes(pc.take(kept["op"], rows)), "_rank": ranks,
                         "observed_at": pc.take(kept["observed_at"], rows), "event_id": pc.take(kept["event_id"], rows),
                         "at": at})
         sub = sub.take(pc.sort_indices(sub, [(k, "ascending", "at_start") for k in
@@ -290,19 +290,18 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
     return kept.take(pa.array(order[keep], pa.int64()))
 
 
-def _codes(col: pa.ChunkedArray) -> npt.NDArray[np.int64]:
-    """An int code per value (equal values, equal codes; null -> -1), for grouping by several columns at once."""
-    if pa.types.is_integer(col.type):
-        return pc.fill_null(pc.cast(col, pa.int64()), np.iinfo(np.int64).min).to_numpy()
-    codes: npt.NDArray[np.int64] = pc.fill_null(pc.index_in(col, pc.unique(col)), -1).to_numpy().astype(np.int64)
-    return codes
-
-
 def decode_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
     """``decoded_znode_events`` on a driver-side Arrow table: the same dedupe and the same codec, no Spark job."""
-    # one batch: the per-batch work (distinct payloads, znode hashes) is then done once
-    batches = list(_decode_batches(dedupe_table(bronze, txnlog_range).combine_chunks().to_batches()))
-    return pa.Table.from_batches(batches, schema=_arrow_out_schema()) if batches else _arrow_out_schema().empty_table()
+    rows = dedupe_table(bronze, txnlog_range)
+    # decode is row-local: a run of rows per core (few runs: distinct payloads and znodes are done per run)
+    size = max(DECODE_MIN_RUN_ROWS, -(-rows.num_rows // THREADS))
+    runs = [rows.slice(at, size).combine_chunks() for at in range(0, rows.num_rows, size)]
+    out = _arrow_out_schema()
+    decoded = parallel_map(lambda run: pa.Table.from_batches(list(_decode_batches(run.to_batches())), schema=out), runs)
+    return concat_or_empty(decoded, out)
+
+
+DECODE_MIN_RUN_ROWS = 50_000
 
 
 def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:

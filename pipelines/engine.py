@@ -14,8 +14,11 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -43,9 +46,10 @@ from pipelines.controller import (
     zk_split_brain,
 )
 from pipelines.decode import decode_table, decoded_znode_events, split_decoded
+from pipelines.parallel import concat_or_empty, parallel_map
 from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
-from pipelines.vector_fold import fold_table
+from pipelines.vector_fold import fold_table, int_codes
 
 log = logging.getLogger(__name__)
 
@@ -350,8 +354,41 @@ def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: Global
                          seed_replica_ids=pc.take(grouped["replica_list"], at),
                          seed_replica_states=pc.take(grouped["state_list"], at))
     rows = pa.concat_tables([events, seed_rows])
-    rows = rows.take(pc.sort_indices(rows, [(c, "ascending", "at_start") for c in FOLD_ORDER]))
-    return fold_table(rows, ctx, kafka_version)
+    order, key_starts = _fold_order(rows)
+    rows = rows.take(order)
+    # keys are independent: fold runs of whole keys on every core (numpy and Arrow release the GIL), as
+    # Spark folds buckets; smaller runs also stay in cache
+    cuts = _cuts(key_starts, rows.num_rows, LOCAL_FOLD_CHUNK_ROWS)
+    runs = [rows.slice(a, b - a) for a, b in pairwise(cuts)]
+    return concat_or_empty(parallel_map(lambda run: fold_table(run, ctx, kafka_version), runs), FOLD_ARROW_SCHEMA)
+
+
+LOCAL_FOLD_CHUNK_ROWS = 250_000
+
+
+def _fold_order(rows: pa.Table) -> tuple[pa.Array, npt.NDArray[np.int64]]:
+    """(row order of the fold: by key, then FOLD_ORDER; the sorted positions where a key starts).
+
+    Keys need only be contiguous (each is folded alone), so topics sort by an int code; event_id, a string,
+    only breaks ties, which are rare: then Arrow sorts everything.
+    """
+    codes = [int_codes(rows[c]) for c in FOLD_ORDER[:-1]]
+    order = np.lexsort(codes[::-1])
+    ordered = np.stack([c[order] for c in codes], axis=1)
+    if len(order) > 1 and (ordered[1:] == ordered[:-1]).all(axis=1).any():
+        order = pc.sort_indices(rows, [(c, "ascending", "at_start") for c in FOLD_ORDER]).to_numpy()
+        ordered = np.stack([c[order] for c in codes[:2]], axis=1)
+    new_key = np.ones(len(order), bool)
+    new_key[1:] = (ordered[1:, :2] != ordered[:-1, :2]).any(axis=1)
+    return pa.array(order, pa.int64()), np.nonzero(new_key)[0]
+
+
+def _cuts(key_starts: npt.NDArray[np.int64], n: int, chunk_rows: int) -> list[int]:
+    """Row offsets splitting ``n`` sorted rows into runs of about ``chunk_rows``, each cut at a key's first row."""
+    wanted = np.arange(chunk_rows, n, chunk_rows)
+    at = np.searchsorted(key_starts, wanted)
+    inner = np.unique(key_starts[at[at < len(key_starts)]])
+    return [0, *(int(c) for c in inner if 0 < c < n), n]
 
 
 def _conform(t: pa.Table, schema: pa.Schema, **values: Any) -> pa.Table:

@@ -90,6 +90,16 @@ def step_ids(source_ids: pa.Array, partitions: pa.Array, machine: str, step_n: I
     return pc.binary_join_element_wise(source_ids, pc.cast(partitions, pa.string()), steps, "/")
 
 
+def int_codes(col: pa.Array | pa.ChunkedArray) -> IntArray:
+    """An int code per value (equal values, equal codes, a null is a code of its own) for sorting/grouping by
+    several columns at once with numpy. Codes of strings follow first appearance, not collation."""
+    if pa.types.is_integer(col.type):
+        ints: IntArray = pc.fill_null(pc.cast(col, pa.int64()), np.iinfo(np.int64).min).to_numpy()
+        return ints
+    codes: IntArray = pc.fill_null(pc.index_in(col, pc.unique(col)), -1).to_numpy().astype(np.int64)
+    return codes
+
+
 def segmented_compose(funcs: npt.NDArray[np.int8], seg_start: IntArray) -> npt.NDArray[np.int8]:
     """``P[i] = funcs[i] ∘ … ∘ funcs[seg_start[i]]``: inclusive prefix composition of state maps per segment."""
     out = funcs.copy()

@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, ctx: Any) -> str:
     from jobs._common import rebuild
 
-    counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake, ctx.settings.pipeline.local_max_rows)
+    counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake, ctx.settings.pipeline.local_max_rows,
+                     ctx.settings.pipeline.rebuild_chunk_rows)
     return (f"rebuilt {counts['metadata_events']} metadata events, {counts['partition_transitions']} partition and "
             f"{counts['replica_transitions']} replica transitions, {counts['anomalies']} anomalies "
             f"({counts['quarantine']} quarantined)")

@@ -1,0 +1,31 @@
+"""Work on every core of the driver for an increment computed in process.
+
+Runs of whole keys (the fold) and runs of rows (decode) are independent, and their heavy lifting is numpy and
+Arrow kernels that release the GIL, so threads overlap: the in-process analogue of Spark's tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import pyarrow as pa
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+THREADS = max(1, os.cpu_count() or 1)
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(x) for x in items]``, in order, on up to ``THREADS`` threads."""
+    if len(items) <= 1 or THREADS == 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(min(THREADS, len(items)), thread_name_prefix="zkledger") as pool:
+        return list(pool.map(fn, items))
+
+
+def concat_or_empty(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables(tables) if tables else schema.empty_table()
