@@ -1,7 +1,7 @@
 """A failover storm as bronze `znode_events`: every partition's leader moves, its ISR shrinks, epochs bump.
 
-Version 0 of the table: the controller (epoch 1) and every partition's first state (leader a, ISR a,b,c,
-leader_epoch 0). Version 1: a controller failover (broker 2 takes over with epoch 2) and, for every partition,
+Version 0 of the table: the cluster's preamble (brokers, controller 1 with epoch 1, the topics' assignments)
+and every partition's first state (leader a, ISR a,b,c, leader_epoch 0). Version 1: a controller failover (broker 2 takes over with epoch 2) and, for every partition,
 a state write with leader b, ISR b,c, leader_epoch 1, controller_epoch 2. Payloads are the exact Kafka bytes
 (`simulator.offline.state_payload_array`), ids the documented `models.ids.event_id` meaning.
 """
@@ -20,10 +20,12 @@ from simulator.offline import (
     hex_ids,
     id_messages,
     partition_paths,
+    preamble_table,
     sha1_prefixes,
     state_payload_array,
 )
 
+_COLUMNS = ["zxid", "path", "op", "data", "version", "czxid", "mzxid", "txn_time", "source", "observed_at", "event_id"]
 _T0_US = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
 
 
@@ -65,13 +67,19 @@ def _state_rows(cluster: str, first_zxid: int, partitions: int, brokers: int, st
 
 
 def write_storm(lake: Any, partitions: int, brokers: int = 6) -> int:
-    """Two bronze commits (before, storm); returns the number of storm-version events."""
+    """Two bronze commits (before, storm); returns the number of bronze rows written.
+
+    Before: what `simulate --offline` writes first (brokers register, controller 1 is elected with epoch 1,
+    each topic's assignment znode is created: `simulator.offline.preamble_table`), then every partition's
+    first state. So the storm is a legal one, as in a real cluster: every election is Online -> Online and
+    every dropped ISR member Online -> Offline; a healthy storm yields no anomalies.
+    """
     z = ZXID_BASE
-    before = pa.concat_tables([_controller_rows(lake.cluster, z, 1, 1, "CREATE"),
-                               _state_rows(lake.cluster, z + 2, partitions, brokers, storm=False)])
-    z2 = z + 2 + partitions
-    during = pa.concat_tables([_controller_rows(lake.cluster, z2, 2, 2, "SET"),
-                               _state_rows(lake.cluster, z2 + 2, partitions, brokers, storm=True)])
+    before = pa.concat_tables([preamble_table(partitions, brokers, lake.cluster).select(_COLUMNS),
+                               _state_rows(lake.cluster, z, partitions, brokers, storm=False).select(_COLUMNS)])
+    z2 = z + partitions
+    during = pa.concat_tables([_controller_rows(lake.cluster, z2, 2, 2, "SET").select(_COLUMNS),
+                               _state_rows(lake.cluster, z2 + 2, partitions, brokers, storm=True).select(_COLUMNS)])
     lake.append("znode_events", before, writer_id="bench-storm", batch_seq=0)
     lake.append("znode_events", during, writer_id="bench-storm", batch_seq=1)
     return int(before.num_rows + during.num_rows)
