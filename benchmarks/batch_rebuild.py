@@ -73,13 +73,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             replay = python_replay(lake)
         with t.phase("spark_start"):
             spark = build_session("bench-batch-rebuild", args.shuffle_partitions)
-        from jobs._common import LOCAL_MAX_ROWS, rebuild
+        from jobs._common import LOCAL_MAX_ROWS, REBUILD_CHUNK_ROWS, rebuild
 
         local_max = LOCAL_MAX_ROWS if args.local_max_rows is None else args.local_max_rows
+        chunk_rows = REBUILD_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows
         bronze = lake.row_count("znode_events")
-        where = "in process" if bronze <= local_max else "through Spark"
+        per_chunk = bronze if chunk_rows <= 0 else min(bronze, chunk_rows)
+        chunks = 1 if chunk_rows <= 0 else max(1, -(-bronze // chunk_rows))
+        where = f"{'in process' if per_chunk <= local_max else 'through Spark'}, ~{chunks} chunk(s)"
         with t.phase("pipeline"):
-            counts = rebuild(spark, lake, local_max)
+            counts = rebuild(spark, lake, local_max, chunk_rows)
         spark.stop()
     n = args.events
     rate = n / t.wall["pipeline"]
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": NAME, "machine": machine(),
         "params": {"events": n, "partitions": args.partitions, "shuffle_partitions": args.shuffle_partitions,
-                   "local_max_rows": local_max},
+                   "local_max_rows": local_max, "rebuild_chunk_rows": chunk_rows},
         "pipeline_path": where,
         "wall_s": t.wall, "main_process_cpu_s": t.cpu,
         "generate_events_per_s": round(n / t.wall["generate"]),
@@ -98,7 +101,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"simulate --offline: {n:,} events / {args.partitions:,} partitions in {t.wall['generate']:.1f} s "
             f"({n / t.wall['generate']:,.0f} events/s)",
             f"spark session start: {t.wall['spark_start']:.1f} s (not counted in pipeline time)",
-            f"rebuild pipeline ({where}, {bronze:,} bronze rows, pipeline.local_max_rows {local_max:,}): "
+            f"rebuild pipeline ({where}, {bronze:,} bronze rows, pipeline.local_max_rows {local_max:,}, "
+            f"rebuild_chunk_rows {chunk_rows:,}): "
             f"{t.wall['pipeline']:.1f} s = {rate:,.0f} events/s (target 1,000,000)",
             f"python replay baseline: {t.wall['python_replay']:.1f} s = {replay_rate:,.0f} events/s",
             f"ratio pipeline/replay throughput: {ratio(rate, replay_rate)}x",
@@ -113,6 +117,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
     p.add_argument("--local-max-rows", type=int, default=None,
                    help="pipeline.local_max_rows for the rebuild (default: the shipped setting; 0 = always Spark)")
+    p.add_argument("--chunk-rows", type=int, default=None,
+                   help="pipeline.rebuild_chunk_rows (default: the shipped setting; 0 = one increment)")
     return p
 
 
