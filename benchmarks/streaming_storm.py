@@ -2,7 +2,8 @@
 
     python -m benchmarks.streaming_storm [--partitions 200000] [--baseline-partitions 5000]
 
-Input: `benchmarks.storm` (every partition's leader moves, ISR shrinks, epochs bump; RF 3). Measured in the
+Input: `benchmarks.storm` (a legal storm after the cluster's preamble: every partition's leader moves, ISR
+shrinks, epochs bump; RF 3). Measured in the
 same run: (1) the full monitor, `zkledger monitor --available-now` on that lake (decode, both state machines,
 detectors, Delta outputs); (2) the naive baseline: the bronze stream (`lakehouse.spark_io.stream_table`),
 payload JSON parsed in Spark, `groupBy(topic, partition).transformWithStateInPandas` with one key per
