@@ -350,18 +350,25 @@ SPARK_PATH_RUNS = [("zombie-controller", "2.0"), ("unclean-election", "3.8"), ("
 _BOTH_PATHS = (*_COMPARED, "controller_tenure", "quarantine")
 
 
-@pytest.mark.parametrize("key", SPARK_PATH_RUNS, ids=[f"{n}-{v}" for n, v in SPARK_PATH_RUNS])
-def test_the_spark_path_writes_what_the_in_process_path_writes(runs: dict[tuple[str, str], Run], spark: Any,
-                                                                tmp_path: Path, key: tuple[str, str]) -> None:
-    from jobs._common import rebuild
+def _bronze_copy(src: Any, root: Path) -> Any:
+    """A new lake holding only ``src``'s bronze tables (to be rebuilt another way)."""
     from lakehouse import Lake
 
-    src = runs[key].lake
-    dst = Lake(tmp_path / "lake", cluster=src.cluster)
+    dst = Lake(root, cluster=src.cluster)
     for table in ("znode_events", "controller_decisions"):
         rows = src.read_arrow(table)
         if rows.num_rows:
             dst.append(table, rows, writer_id="copy", batch_seq=1)
+    return dst
+
+
+@pytest.mark.parametrize("key", SPARK_PATH_RUNS, ids=[f"{n}-{v}" for n, v in SPARK_PATH_RUNS])
+def test_the_spark_path_writes_what_the_in_process_path_writes(runs: dict[tuple[str, str], Run], spark: Any,
+                                                                tmp_path: Path, key: tuple[str, str]) -> None:
+    from jobs._common import rebuild
+
+    src = runs[key].lake
+    dst = _bronze_copy(src, tmp_path / "lake")
     rebuild(spark, dst, local_max_rows=0)
     assert dst.read_arrow("anomalies").num_rows == src.read_arrow("anomalies").num_rows
     for table in _BOTH_PATHS:
@@ -373,14 +380,9 @@ def test_a_rebuild_in_zxid_chunks_writes_what_one_increment_writes(runs: dict[tu
                                                                    tmp_path: Path, key: tuple[str, str]) -> None:
     """A long history is rebuilt chunk by chunk (bounded driver memory): the chunking must not show."""
     from jobs._common import rebuild
-    from lakehouse import Lake
 
     src = runs[key].lake
-    dst = Lake(tmp_path / "lake", cluster=src.cluster)
-    for table in ("znode_events", "controller_decisions"):
-        rows = src.read_arrow(table)
-        if rows.num_rows:
-            dst.append(table, rows, writer_id="copy", batch_seq=1)
+    dst = _bronze_copy(src, tmp_path / "lake")
     bronze = dst.row_count("znode_events")
     counts = rebuild(spark, dst, chunk_rows=max(1, bronze // 6))
     assert counts["metadata_events"] == dst.row_count("metadata_events")
