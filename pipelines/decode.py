@@ -29,9 +29,10 @@ from models.znode_codec import (
     partition_state_detail,
     partition_state_payload,
 )
+from pipelines.arrow_ids import metadata_event_ids
 from pipelines.parallel import THREADS, concat_or_empty, parallel_map
 from pipelines.schemas import schema
-from pipelines.vector_fold import int_codes, metadata_event_ids
+from pipelines.vector_fold import int_codes
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
+from pipelines.arrow_ids import event_ids
 from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
 from pipelines.schemas import arrow_schema
-from pipelines.vector_fold import event_ids
 
 K = AnomalyKind
 Mask: TypeAlias = pa.Array | pa.ChunkedArray

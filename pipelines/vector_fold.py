@@ -14,7 +14,6 @@ with a ``rec`` discriminator) and the same rules, but without a Python call per 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from models.fold import (
     transition_matrix,
 )
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
+from pipelines.arrow_ids import step_ids
 from pipelines.list_kernels import flat, member_of_row, padded
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 
@@ -45,49 +45,6 @@ R_NE, R_NEW, R_ON, R_OFF = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT
                                                        ReplicaState.ONLINE, ReplicaState.OFFLINE))
 CAUSES = pa.array(["", "assignment", "in isr", "removed from isr", "state created", "leader elected", "no leader"])
 C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_CREATED, C_ELECTED, C_NO_LEADER = range(1, 7)  # indexes into CAUSES
-_ID_SEP = "\x1f"  # models.ids.event_id joins its parts with U+001F
-
-
-def event_ids(*parts: pa.Array | str) -> pa.Array:
-    """Vectorised ``models.ids.event_id`` over columns (strings or ints; a str part is a constant)."""
-    n = next(len(p) for p in parts if not isinstance(p, str))
-    cols = [pa.repeat(pa.scalar(p), n) if isinstance(p, str) else pc.cast(p, pa.string()) for p in parts]
-    cols = [pc.fill_null(c, "") for c in cols]
-    joined = pc.binary_join_element_wise(*cols, _ID_SEP).to_pylist()
-    return pa.array([hashlib.sha1(s.encode("utf-8")).hexdigest()[:24] for s in joined], pa.string())
-
-
-def metadata_event_ids(cluster: pa.Array, zxid: pa.Array, path: pa.Array, op: pa.Array,
-                       seq: pa.Array | None = None) -> pa.Array:
-    """Vectorised ``models.ids.metadata_event_id`` (``seq`` 0 when not given): one sha1 per distinct znode."""
-    znode = pc.binary_join_element_wise(*(pc.fill_null(pc.cast(p, pa.string()), "") for p in (cluster, path, op)),
-                                        _ID_SEP)
-    distinct = pc.unique(znode)
-    hashes = pa.array([_znode_hash(s) for s in distinct.to_pylist()], pa.string())
-    seq_text = pa.scalar("0") if seq is None else pc.cast(seq, pa.string())
-    return pc.binary_join_element_wise(pc.fill_null(pc.cast(zxid, pa.string()), ""),
-                                       pc.take(hashes, pc.index_in(znode, distinct)), seq_text, "-")
-
-
-_ZNODE_HASHES: dict[str, str] = {}  # a cluster has a bounded set of znodes: successive batches reuse the hashes
-
-
-def _znode_hash(cluster_path_op: str) -> str:
-    """``event_id(cluster, "meta", path, op)`` of a "cluster<US>path<US>op" key."""
-    h = _ZNODE_HASHES.get(cluster_path_op)
-    if h is None:
-        if len(_ZNODE_HASHES) >= 2_000_000:
-            _ZNODE_HASHES.clear()
-        cluster, rest = cluster_path_op.split(_ID_SEP, 1)
-        joined = f"{cluster}{_ID_SEP}meta{_ID_SEP}{rest}"
-        h = _ZNODE_HASHES[cluster_path_op] = hashlib.sha1(joined.encode("utf-8")).hexdigest()[:24]
-    return h
-
-
-def step_ids(source_ids: pa.Array, partitions: pa.Array, machine: str, step_n: IntArray) -> pa.Array:
-    """Vectorised ``models.ids.step_id``."""
-    steps = pc.binary_join_element_wise(pa.scalar(machine), pc.cast(pa.array(step_n), pa.string()), "")
-    return pc.binary_join_element_wise(source_ids, pc.cast(partitions, pa.string()), steps, "/")
 
 
 def int_codes(col: pa.Array | pa.ChunkedArray) -> IntArray:

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from models.fold import PARTITION_STATES_BY_CODE, REPLICA_STATES_BY_CODE
 from models.ids import event_id, metadata_event_id, step_id
+from pipelines.arrow_ids import event_ids, metadata_event_ids, step_ids
 from pipelines.engine import FOLD_ARROW_SCHEMA
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
-from pipelines.vector_fold import event_ids, fold_table, metadata_event_ids, segmented_compose, step_ids
+from pipelines.vector_fold import fold_table, segmented_compose
 
 ROW_SCHEMA = pa.schema([
     ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("zxid", pa.int64()),
