@@ -7,9 +7,9 @@ state znodes). Running as users run them: `zkledger collect zk` (the watch colle
 --trigger 1`. A writer makes steady partition-state changes at --rate writes/s (kazoo async sets, current
 controller_epoch, leader moves with a leader_epoch bump) and injects --zombies zombie writes (controller_epoch 1
 < current, with a leader_epoch bump) on partitions the steady writer leaves alone (a one-shot watch only
-delivers a znode's latest version, so a zombie overwritten before the re-read would never reach bronze). The anomalies table is polled with delta-rs every --poll seconds; latency
-= first poll that sees the ZOMBIE_CONTROLLER_WRITE row for that zxid - the write's acknowledgement. Resolution
-is the poll interval.
+delivers a znode's latest version, so a zombie overwritten before the re-read would never reach bronze). The anomalies table is polled with delta-rs every --poll seconds from a thread
+running alongside the writer; latency = first poll that sees the ZOMBIE_CONTROLLER_WRITE row for that zxid - the
+write's acknowledgement. Resolution is the poll interval.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -121,16 +122,18 @@ def _log_digest(path: Path) -> str:
     return "\n".join(errors) + "\n...\n" + text[-600:]
 
 
-def _poll(lake: Any, zombie_times: dict[int, float], seen: dict[int, float], until: float, every: float) -> None:
-    """Record when each zombie zxid's anomaly row is first visible in the Delta table."""
-    while time.time() < until and len(seen) < len(zombie_times):
+def _poll(lake: Any, seen: dict[int, float], lock: threading.Lock, stop: threading.Event, every: float) -> None:
+    """Record when each ZOMBIE_CONTROLLER_WRITE zxid is first visible in the anomalies table (runs alongside
+    the writer: a detection made while writes continue is timed when it lands, not after the writer ends)."""
+    while not stop.is_set():
         if lake.exists("anomalies"):
-            t = lake.read_arrow("anomalies").select(["kind", "zxid"]).to_pylist()
+            rows = lake.read_arrow("anomalies").select(["kind", "zxid"]).to_pylist()
             now = time.time()
-            for r in t:
-                if r["kind"] == "ZOMBIE_CONTROLLER_WRITE" and r["zxid"] in zombie_times and r["zxid"] not in seen:
-                    seen[r["zxid"]] = now
-        time.sleep(every)
+            with lock:
+                for r in rows:
+                    if r["kind"] == "ZOMBIE_CONTROLLER_WRITE" and r["zxid"] is not None:
+                        seen.setdefault(r["zxid"], now)
+        stop.wait(every)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,10 +157,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             procs.append(_cli(lake_dir, *collect, log_to=work / "collect.log"))
             procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log"))
             time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
-            zombie_times, sent = _writer(client, paths, args.rate, args.duration, args.zombies)
             lake = Lake(lake_dir, cluster="bench")
-            seen: dict[int, float] = {}
-            _poll(lake, zombie_times, seen, time.time() + args.drain, args.poll)
+            seen_at: dict[int, float] = {}
+            lock, stop_polling = threading.Lock(), threading.Event()
+            poller = threading.Thread(target=_poll, args=(lake, seen_at, lock, stop_polling, args.poll), daemon=True)
+            poller.start()
+            zombie_times, sent = _writer(client, paths, args.rate, args.duration, args.zombies)
+            until = time.time() + args.drain
+            while time.time() < until:
+                with lock:
+                    if set(zombie_times) <= set(seen_at):
+                        break
+                time.sleep(args.poll)
+            stop_polling.set()
+            poller.join()
+            seen = {z: t for z, t in seen_at.items() if z in zombie_times}
             bronze = lake.read_arrow("znode_events").select(["zxid", "missed_versions"])
             in_bronze = set(bronze.column("zxid").to_pylist()) & set(zombie_times)
             collected = {"bronze_rows": bronze.num_rows, "zombies_in_bronze": len(in_bronze),

@@ -83,6 +83,7 @@ class PipelineSettings:
 class CollectSettings:
     batch_size: int
     flush_seconds: float
+    poll_seconds: float
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "pipeline.rebuild_chunk_rows": (lambda v: v >= 0, "a non-negative integer (0 = the whole history at once)"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
+    "collect.poll_seconds": (lambda v: v > 0, "a positive number"),
     "monitor.webhook": (lambda v: v == "" or v.startswith(("http://", "https://")), "empty or an http(s) URL"),
     "demo.zk_port": (lambda v: 0 <= v <= 65535, "a port number (0 = any free port)"),
     "demo.seed": (lambda v: v >= 0, "a non-negative integer"),

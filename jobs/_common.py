@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -168,16 +169,50 @@ def _decision_rows(spark: SparkSession, lake: Lake, version: int, local_max_rows
 STATE_TABLES = ("partition_state", "replica_state")
 
 
+_WRITERS: ThreadPoolExecutor | None = None
+
+
 def write_tables(write: Callable[[str], None]) -> None:
     """``write`` every derived table: the others concurrently, then the state tables (a committed state means
     the whole increment is committed). delta-rs encodes and commits outside the GIL, so the writes overlap."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    global _WRITERS
+    if _WRITERS is None:  # one pool for the process: starting threads per micro-batch showed in its latency
+        _WRITERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="delta-write")
     others = [t for t in DERIVED_TABLES if t not in STATE_TABLES]
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="delta-write") as pool:
-        for group in (others, STATE_TABLES):
-            for done in [pool.submit(write, t) for t in group]:
-                done.result()
+    for group in (others, STATE_TABLES):
+        for done in [_WRITERS.submit(write, t) for t in group]:
+            done.result()
+
+
+class RecentIds:
+    """The metadata_events ids this process committed, complete for every zxid >= ``floor``.
+
+    Each micro-batch asks which of its ids an earlier batch already committed (a change seen by both
+    collectors); answering from memory spares a lake scan per batch. Bounded: past ``max_rows`` the
+    lowest zxids are dropped and the floor raised, so older ranges fall back to the lake.
+    """
+
+    def __init__(self, floor: int | None, max_rows: int = 1_000_000) -> None:
+        self.floor = floor  # None: nothing committed before this process, memory is complete
+        self.max_rows = max_rows
+        self.zxids = pa.chunked_array([], pa.int64())
+        self.ids = pa.chunked_array([], pa.string())
+
+    def covers(self, lo: int) -> bool:
+        return self.floor is None or lo >= self.floor
+
+    def between(self, lo: int, hi: int) -> set[str]:
+        inside = pc.and_(pc.greater_equal(self.zxids, lo), pc.less_equal(self.zxids, hi))
+        return set(self.ids.filter(inside).to_pylist())
+
+    def add(self, zxids: pa.ChunkedArray, ids: pa.ChunkedArray) -> None:
+        self.zxids = pa.chunked_array(self.zxids.chunks + zxids.cast(pa.int64()).chunks, pa.int64())
+        self.ids = pa.chunked_array(self.ids.chunks + ids.cast(pa.string()).chunks, pa.string())
+        if len(self.zxids) > self.max_rows:  # keep the upper half of the zxids, every id at the new floor
+            floor = int(np.partition(self.zxids.to_numpy(), len(self.zxids) // 2)[len(self.zxids) // 2])
+            keep = pc.greater_equal(self.zxids, floor)
+            self.zxids, self.ids = self.zxids.filter(keep), self.ids.filter(keep)
+            self.floor = floor if self.floor is None else max(self.floor, floor)
 
 
 class MonitorCarry:
@@ -210,6 +245,9 @@ class MonitorCarry:
             known_anomaly_ids=set(lake.scan("anomalies", ["anomaly_id"])["anomaly_id"].to_pylist()),
             resigns=resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS))),
         )
+        top = pc.max(lake.scan("metadata_events", ["zxid"])["zxid"]).as_py()
+        self.recent = RecentIds(floor=None if top is None else top + 1)
+        self.last_batch: int | None = None  # the last micro-batch this process committed
 
     @classmethod
     def fresh(cls, lake: Lake, txnlog_range: tuple[int | None, int | None]) -> MonitorCarry:
@@ -218,12 +256,15 @@ class MonitorCarry:
         carry.lake = lake
         carry.carried = dataclasses.replace(empty_carried(), txnlog_min_zxid=txnlog_range[0],
                                             txnlog_max_zxid=txnlog_range[1], known_anomaly_ids=set(), resigns=[])
+        carry.recent, carry.last_batch = RecentIds(floor=None), None
         return carry
 
     def committed_ids(self, lo: int, hi: int) -> set[str]:
         """metadata_events ids already committed with zxid in [lo, hi] (cross-batch dedupe)."""
         import pyarrow.dataset as ds
 
+        if self.recent.covers(lo):
+            return self.recent.between(lo, hi)
         found = self.lake.scan("metadata_events", ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi))
         return set(found["event_id"].to_pylist())
 
@@ -243,6 +284,7 @@ class MonitorCarry:
         c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
         c.resigns = out.resigns
         c.empty = False
+        self.recent.add(meta["zxid"], meta["event_id"])
 
 
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:
@@ -289,10 +331,13 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     A batch of at most ``local_max_rows`` rows is collected once and computed in this process.
     """
     batch_id += batch_base
-    if _committed(lake, "partition_state", batch_id):
+    carry = carry or MonitorCarry(lake)
+    # the batch after the one this process just committed cannot be in the lake yet (one monitor per lake)
+    follows = carry.last_batch is not None and batch_id == carry.last_batch + 1
+    if not follows and _committed(lake, "partition_state", batch_id):
         return 0
     began = time.monotonic()
-    replay = _committed(lake, "metadata_events", batch_id)
+    replay = not follows and _committed(lake, "metadata_events", batch_id)
     znodes: DataFrame | pa.Table
     decisions: DataFrame | pa.Table
     head = df.limit(local_max_rows + 1).toArrow() if local_max_rows > 0 else None
@@ -302,13 +347,13 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     else:
         znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
         decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
-    carry = carry or MonitorCarry(lake)
     carried = carry.carried
     if replay:  # this batch's own events are already in the table
         carried = dataclasses.replace(carried, known_ids=None)
     out = run_increment(spark, znodes, decisions, carried, cluster=lake.cluster)
     rows = write_increment(out, lake, MONITOR_WRITER, batch_id).to_pylist()
     carry.advance(out)
+    carry.last_batch = batch_id
     if quality:
         check_batch(spark, lake, out, batch_id)
     if publish is not None and not replay:

@@ -30,6 +30,7 @@ from lakehouse.spark_schema import spark_schema
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "zkledger_delta"
+BYTES_PER_PARTITION = 64 * 1024 * 1024  # Parquet bytes one read task takes (option bytesPerPartition)
 _LOG_DIR = "_delta_log"
 
 
@@ -47,8 +48,8 @@ def latest_version(path: str) -> int:
     return max(versions, default=-1)
 
 
-def added_files(path: str, version: int) -> list[str]:
-    """Absolute paths of the data files commit ``version`` added (raises on commits that removed data)."""
+def added_files(path: str, version: int) -> list[tuple[str, int]]:
+    """(absolute path, bytes) of the data files commit ``version`` added (raises on commits that removed data)."""
     commit = os.path.join(path, _LOG_DIR, f"{version:020d}.json")
     try:
         with open(commit, encoding="utf-8") as f:
@@ -58,7 +59,7 @@ def added_files(path: str, version: int) -> list[str]:
             f"{path}: commit {version} is no longer in the Delta log (log cleanup?); restart the stream "
             "from a new checkpoint"
         ) from None
-    files: list[str] = []
+    files: list[tuple[str, int]] = []
     for action in actions:
         remove = action.get("remove")
         if remove is not None and remove.get("dataChange", True):
@@ -70,7 +71,7 @@ def added_files(path: str, version: int) -> list[str]:
         if add is not None and add.get("dataChange", True):
             if add.get("deletionVector"):
                 raise DeltaChangeNotSupported(f"{path}: version {version} uses deletion vectors")
-            files.append(_resolve(path, add["path"]))
+            files.append((_resolve(path, add["path"]), int(add.get("size") or 0)))
     return files
 
 
@@ -80,13 +81,33 @@ def _resolve(table_path: str, file_path: str) -> str:
     return os.path.join(table_path, unquote(file_path))
 
 
-class FilePartition(InputPartition):
-    """One added Parquet file of one Delta version."""
+class FileGroup(InputPartition):
+    """Consecutive added Parquet files (in version order) read by one task."""
 
-    def __init__(self, version: int, file: str) -> None:
-        super().__init__((version, file))
-        self.version = version
-        self.file = file
+    def __init__(self, files: Sequence[str]) -> None:
+        super().__init__(tuple(files))
+        self.files = tuple(files)
+
+
+def group_files(files: Sequence[tuple[str, int]], bytes_per_group: int) -> list[FileGroup]:
+    """Consecutive files packed into groups of about ``bytes_per_group`` (a file is never split).
+
+    A task costs ~0.1 s here whatever it reads, and the collectors commit small files several times a
+    second: one task per file made a one-second micro-batch mostly task overhead. Big batches still
+    spread over many tasks.
+    """
+    groups: list[FileGroup] = []
+    current: list[str] = []
+    size = 0
+    for path, nbytes in files:
+        if current and size + nbytes > bytes_per_group:
+            groups.append(FileGroup(current))
+            current, size = [], 0
+        current.append(path)
+        size += nbytes
+    if current:
+        groups.append(FileGroup(current))
+    return groups
 
 
 class DeltaVersionStreamReader(DataSourceStreamReader):
@@ -99,8 +120,10 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     ``spark_io.drain_available_now`` repeats runs until it is.
     """
 
-    def __init__(self, path: str, table: str, max_versions: int | None, after_version: int = -1) -> None:
+    def __init__(self, path: str, table: str, max_versions: int | None, after_version: int = -1,
+                 bytes_per_partition: int = BYTES_PER_PARTITION) -> None:
         self.path = path
+        self.bytes_per_partition = bytes_per_partition
         self.table = table
         self.max_versions = max_versions
         self.after_version = after_version  # a new query starts after it (Spark uses the checkpoint's otherwise)
@@ -124,11 +147,11 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = int(start["version"]) + 1, int(end["version"])
         self._note_end(last)
-        parts: list[InputPartition] = []
-        for v in range(first, last + 1):
-            parts.extend(FilePartition(v, f) for f in added_files(self.path, v))
-        log.debug("%s: versions %d..%d -> %d file(s)", self.table, first, last, len(parts))
-        return parts
+        files = [f for v in range(first, last + 1) for f in added_files(self.path, v)]
+        groups = group_files(files, self.bytes_per_partition)
+        log.debug("%s: versions %d..%d -> %d file(s) in %d partition(s)", self.table, first, last, len(files),
+                  len(groups))
+        return groups
 
     def commit(self, end: dict[str, Any]) -> None:
         self._note_end(int(end["version"]))
@@ -137,9 +160,9 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
         self._known_end = end if self._known_end is None else max(self._known_end, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FilePartition)
-        data = conform_file(self.table, pq.read_table(partition.file))
-        yield from data.to_batches()
+        assert isinstance(partition, FileGroup)
+        for file in partition.files:
+            yield from conform_file(self.table, pq.read_table(file)).to_batches()
 
 
 def conform_file(table: str, data: pa.Table) -> pa.Table:
@@ -157,7 +180,7 @@ class DeltaVersionSource(DataSource):
 
     Options (strings, as Spark passes them): ``path`` (table folder), ``table`` (models.tables name, gives
     the schema), ``maxVersionsPerTrigger`` (optional admission control), ``afterVersion`` (a new query skips
-    the versions up to it).
+    the versions up to it), ``bytesPerPartition`` (Parquet bytes per read task, default 64 MiB).
     """
 
     @classmethod
@@ -173,7 +196,11 @@ class DeltaVersionSource(DataSource):
         if max_versions is not None and max_versions < 1:
             raise ValueError("maxVersionsPerTrigger must be >= 1")
         after = int(self.options.get("afterVersion") or -1)
-        return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions, after)
+        per_partition = int(self.options.get("bytesPerPartition") or BYTES_PER_PARTITION)
+        if per_partition < 1:
+            raise ValueError("bytesPerPartition must be >= 1")
+        return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions, after,
+                                        per_partition)
 
     def _option(self, key: str) -> str:
         value = self.options.get(key)

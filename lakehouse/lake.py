@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -58,6 +60,11 @@ class Lake:
         self.root = str(Path(root).absolute())
         self.cluster = cluster
         self.checkpoint_interval = checkpoint_interval
+        # newest-version handles, brought up to date per use (a monitor reads and writes every table each
+        # micro-batch: replaying the log from the last checkpoint each time cost more than the batch's work)
+        self._handles: dict[str, DeltaTable] = {}
+        self._handle_locks: dict[str, threading.Lock] = {}
+        self._handles_guard = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Lake(root={self.root!r}, cluster={self.cluster!r})"
@@ -76,17 +83,36 @@ class Lake:
         except TableNotFoundError:
             raise FileNotFoundError(f"table {table!r} does not exist under {self.root}") from None
 
+    @contextmanager
+    def _current(self, table: str) -> Iterator[DeltaTable]:
+        """The table at its newest version, for one thread at a time: a cached handle that reads only the
+        commits made since its last use."""
+        with self._handles_guard:
+            lock = self._handle_locks.setdefault(table, threading.Lock())
+        with lock:
+            dt = self._handles.get(table)
+            if dt is not None:
+                try:
+                    dt.update_incremental()
+                except Exception:  # the folder was replaced under us: load it afresh
+                    dt = None
+            if dt is None:
+                dt = self._handles[table] = self._load(table)
+            yield dt
+
     def version(self, table: str) -> int | None:
         """Current version of the table, None when it does not exist."""
         if not self.exists(table):
             return None
-        return self._load(table).version()
+        with self._current(table) as dt:
+            return dt.version()
 
     def last_batch_seq(self, table: str, writer_id: str) -> int | None:
         """The highest batch_seq committed by ``writer_id`` (None: never, or no table)."""
         if not self.exists(table):
             return None
-        return self._load(table).transaction_version(writer_id)
+        with self._current(table) as dt:
+            return dt.transaction_version(writer_id)
 
     def history(self, table: str, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit infos, newest first (``version``, ``timestamp`` in ms, ``operation``...)."""
@@ -127,29 +153,29 @@ class Lake:
             raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
         data = self.conform(table, rows)
         self.ensure(table)
-        path = self.table_path(table)
         for attempt in range(_COMMIT_RETRIES):
-            dt = DeltaTable(path)  # loaded once per attempt: the check, the commit and the checkpoint share it
-            last = dt.transaction_version(writer_id)
-            if last is not None and last >= batch_seq:
-                log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq, last)
-                return False
-            crash_point("before_commit", batch_seq)
-            try:
-                write_deltalake(
-                    dt,
-                    data,
-                    mode=mode,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
-                                                       custom_metadata=dict(metadata) if metadata else None),
-                )
-            except CommitFailedError as e:
-                # A concurrent writer won the race for this version (e.g. overwrite vs append).
-                log.warning("%s: commit conflict (attempt %d): %s", table, attempt + 1, e)
-                time.sleep(0.05 * (attempt + 1))
-                continue
-            crash_point("after_commit", batch_seq)
-            self._maybe_checkpoint(dt)
+            with self._current(table) as dt:  # per attempt: the check, the commit and the checkpoint share it
+                last = dt.transaction_version(writer_id)
+                if last is not None and last >= batch_seq:
+                    log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq,
+                             last)
+                    return False
+                crash_point("before_commit", batch_seq)
+                try:
+                    write_deltalake(
+                        dt,
+                        data,
+                        mode=mode,
+                        commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
+                                                           custom_metadata=dict(metadata) if metadata else None),
+                    )
+                except CommitFailedError as e:
+                    # A concurrent writer won the race for this version (e.g. overwrite vs append).
+                    log.warning("%s: commit conflict (attempt %d): %s", table, attempt + 1, e)
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                crash_point("after_commit", batch_seq)
+                self._maybe_checkpoint(dt)
             log.debug("%s: committed %d rows as %s/%d (%s)", table, data.num_rows, writer_id, batch_seq, mode)
             return True
         raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
@@ -199,6 +225,9 @@ class Lake:
         """Rows in the table (at a version), from the Parquet footers: no data is read."""
         if self.version(table) is None:
             return 0
+        if version is None:
+            with self._current(table) as dt:
+                return int(dt.to_pyarrow_dataset().count_rows())
         return int(self._load(table, version).to_pyarrow_dataset().count_rows())
 
     def scan(self, table: str, columns: list[str] | None = None, where: Any = None,
@@ -206,6 +235,9 @@ class Lake:
         """Rows (now, or at a version) matching a pyarrow ``where`` expression (files pruned by their statistics)."""
         if self.version(table) is None:
             return self.conform_read(table, arrow_schema(table).empty_table()).select(columns or arrow_schema(table).names)
+        if version is None:
+            with self._current(table) as dt:
+                return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
         return self._load(table, version).to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
     def snapshot(self, table: str, version: int | None = None, as_of: datetime | None = None) -> DeltaTable:

@@ -128,12 +128,14 @@ def stream_table(
     table: str,
     max_versions_per_trigger: int | None = None,
     after_version: int | None = None,
+    bytes_per_partition: int | None = None,
 ) -> DataFrame:
     """A streaming DataFrame emitting each Delta version's new rows once (offsets = table versions).
 
     ``max_versions_per_trigger`` caps how many versions one micro-batch takes (admission control).
     ``after_version``: a new query starts after this version (the versions up to it are already processed,
     e.g. by a rebuild); an existing checkpoint's offsets take precedence, as in Spark.
+    ``bytes_per_partition``: Parquet bytes one read task takes (consecutive small files share a task).
     An overwrite/delete version in the source stops the query with ``DeltaChangeNotSupported``.
     """
     if _engine(spark) == "delta":
@@ -152,6 +154,8 @@ def stream_table(
         reader = reader.option("maxVersionsPerTrigger", str(max_versions_per_trigger))
     if after_version is not None:
         reader = reader.option("afterVersion", str(after_version))
+    if bytes_per_partition is not None:
+        reader = reader.option("bytesPerPartition", str(bytes_per_partition))
     return reader.load()
 
 

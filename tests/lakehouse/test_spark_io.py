@@ -114,6 +114,27 @@ def test_stream_caps_versions_per_trigger(spark: Any, tmp_path: Path) -> None:
     assert _ids(sink) == _ids(src)
 
 
+@pytest.mark.parametrize(("bytes_per_partition", "tasks"), [(None, 1), (1, 4)])
+def test_stream_packs_small_files_into_one_task(spark: Any, tmp_path: Path, bytes_per_partition: int | None,
+                                                tasks: int) -> None:
+    src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
+    _fill(src, range(4))  # four commits, one small file each
+    partitions: list[int] = []
+
+    def sink_batch(df: Any, batch_id: int) -> None:
+        partitions.append(df.rdd.getNumPartitions())
+        write_batch(df, sink, "znode_events", "copy", batch_id)
+
+    q = (stream_table(spark, src, "znode_events", bytes_per_partition=bytes_per_partition).writeStream
+         .foreachBatch(sink_batch).option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert partitions == [tasks]
+    assert _ids(sink) == _ids(src)
+
+
 def test_stream_refuses_a_version_that_removes_data(spark: Any, tmp_path: Path) -> None:
     src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
     _fill(src, range(1))

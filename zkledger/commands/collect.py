@@ -130,7 +130,8 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
     with _stop_on_signals() as stop, Progress(label="znode events") as progress:
         collector = TxnLogCollector(
             ctx.lake, data_dir, follow=args.follow, chroot=_chroot(args.chroot, ctx),
-            batch_size=ctx.settings.collect.batch_size, progress=progress.advance,
+            batch_size=ctx.settings.collect.batch_size, poll_seconds=ctx.settings.collect.poll_seconds,
+            progress=progress.advance,
         )
         summary = collector.run(stop)
     line = _line("txnlog", summary) + f", last zxid {summary.get('last_zxid')}"
