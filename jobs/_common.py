@@ -27,7 +27,15 @@ from jobs._monitor_start import (
     plan_monitor_start,
     writer_metadata,
 )
-from lakehouse.spark_io import drain_available_now, read_table, stream_table, write_batch
+from lakehouse.delta_source import MANIFEST_COLUMNS, manifest_rows, read_manifest
+from lakehouse.spark_io import (
+    drain_available_now,
+    read_files_frame,
+    read_table,
+    stream_table,
+    supports_file_manifests,
+    write_batch,
+)
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
@@ -340,13 +348,16 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     replay = not follows and _committed(lake, "metadata_events", batch_id)
     znodes: DataFrame | pa.Table
     decisions: DataFrame | pa.Table
-    head = df.limit(local_max_rows + 1).toArrow() if local_max_rows > 0 else None
-    if head is not None and head.num_rows <= local_max_rows:  # all of it: one Spark job for the whole batch
-        znodes = _source_rows(head, "z", ZNODE_EVENTS.column_names)
-        decisions = _source_rows(head, "d", CONTROLLER_DECISIONS.column_names)
+    if MANIFEST_COLUMNS[1] in df.columns:
+        znodes, decisions = _manifest_inputs(spark, df.toArrow(), local_max_rows)
     else:
-        znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
-        decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
+        head = df.limit(local_max_rows + 1).toArrow() if local_max_rows > 0 else None
+        if head is not None and head.num_rows <= local_max_rows:  # all of it: one Spark job for the whole batch
+            znodes = _source_rows(head, "z", ZNODE_EVENTS.column_names)
+            decisions = _source_rows(head, "d", CONTROLLER_DECISIONS.column_names)
+        else:
+            znodes = df.filter("_src = 'z'").select(*ZNODE_EVENTS.column_names)
+            decisions = df.filter("_src = 'd'").select(*CONTROLLER_DECISIONS.column_names)
     carried = carry.carried
     if replay:  # this batch's own events are already in the table
         carried = dataclasses.replace(carried, known_ids=None)
@@ -367,6 +378,19 @@ def _source_rows(batch: pa.Table, tag: str, columns: Sequence[str]) -> pa.Table:
     return batch.filter(pc.equal(batch["_src"], tag)).select(list(columns))
 
 
+def _manifest_inputs(spark: SparkSession, manifest: pa.Table, local_max_rows: int) -> tuple[Any, Any]:
+    """A micro-batch's bronze rows from its file manifest: read here (pyarrow) when they fit ``local_max_rows``,
+    else by Spark's own Parquet reader; either way no row passes through a Python worker and back."""
+    files = {t: manifest.filter(pc.equal(manifest["_src"], tag))[MANIFEST_COLUMNS[1]].to_pylist()
+             for t, tag in (("znode_events", "z"), ("controller_decisions", "d"))}
+    rows = sum(manifest_rows(f) for f in files.values()) if local_max_rows > 0 else None
+    if rows is not None and rows <= local_max_rows:
+        return read_manifest("znode_events", files["znode_events"]), read_manifest(
+            "controller_decisions", files["controller_decisions"])
+    return (read_files_frame(spark, "znode_events", files["znode_events"]),
+            read_files_frame(spark, "controller_decisions", files["controller_decisions"]))
+
+
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
                   available_now: bool = False, max_versions_per_trigger: int | None = None,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None,
@@ -380,8 +404,9 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
         lake.ensure(table)
     start = start or plan_monitor_start(lake, checkpoint_dir)
     after = start.after_versions or {}
-    z, d = (stream_table(spark, lake, t, max_versions_per_trigger, after.get(t)).withColumn("_src", F.lit(tag))
-            for t, tag in (("znode_events", "z"), ("controller_decisions", "d")))
+    manifests = supports_file_manifests(spark)  # the batch's files, read in foreachBatch (_manifest_inputs)
+    z, d = (stream_table(spark, lake, t, max_versions_per_trigger, after.get(t), files_only=manifests)
+            .withColumn("_src", F.lit(tag)) for t, tag in (("znode_events", "z"), ("controller_decisions", "d")))
     both = z.unionByName(d, allowMissingColumns=True)
     carry = carry or MonitorCarry(lake)
     base = start.batch_base

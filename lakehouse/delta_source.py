@@ -5,7 +5,9 @@ been emitted" (the name makes a query's progress and checkpoint readable per sou
 are read the same way). A
 micro-batch ``(start, end]`` reads the Parquet files that the commits ``start+1 .. end`` added
 (``add`` actions with ``dataChange=true`` in ``_delta_log/<v>.json``, the Delta protocol's commit files),
-so each row of an append-only table is emitted exactly once. A commit that removes data (overwrite,
+so each row of an append-only table is emitted exactly once. With ``emit=files`` the stream carries only the
+batch's manifest, one row per added file (``MANIFEST_COLUMNS``), and the consumer reads the files itself: the
+rows then skip the Python-worker -> JVM -> driver round trip (see ``read_manifest``). A commit that removes data (overwrite,
 delete, merge) cannot be expressed as new rows: the source refuses it with a clear error. Compaction
 (``optimize``: remove+add with ``dataChange=false``) is skipped.
 """
@@ -81,6 +83,24 @@ def _resolve(table_path: str, file_path: str) -> str:
     return os.path.join(table_path, unquote(file_path))
 
 
+MANIFEST_COLUMNS = ("_version", "_file", "_bytes")  # emit=files: commit version, absolute path, Parquet bytes
+
+
+def manifest_schema() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType([T.StructField("_version", T.LongType(), False), T.StructField("_file", T.StringType(), False),
+                         T.StructField("_bytes", T.LongType(), False)])
+
+
+class ManifestPartition(InputPartition):
+    """The (version, path, bytes) of every file a micro-batch's commits added, emitted as rows (emit=files)."""
+
+    def __init__(self, entries: Sequence[tuple[int, str, int]]) -> None:
+        super().__init__(tuple(entries))
+        self.entries = tuple(entries)
+
+
 class FileGroup(InputPartition):
     """Consecutive added Parquet files (in version order) read by one task."""
 
@@ -121,8 +141,9 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     """
 
     def __init__(self, path: str, table: str, max_versions: int | None, after_version: int = -1,
-                 bytes_per_partition: int = BYTES_PER_PARTITION) -> None:
+                 bytes_per_partition: int = BYTES_PER_PARTITION, emit_files: bool = False) -> None:
         self.path = path
+        self.emit_files = emit_files
         self.bytes_per_partition = bytes_per_partition
         self.table = table
         self.max_versions = max_versions
@@ -147,6 +168,9 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = int(start["version"]) + 1, int(end["version"])
         self._note_end(last)
+        if self.emit_files:
+            entries = [(v, f, n) for v in range(first, last + 1) for f, n in added_files(self.path, v)]
+            return [ManifestPartition(entries)] if entries else []
         files = [f for v in range(first, last + 1) for f in added_files(self.path, v)]
         groups = group_files(files, self.bytes_per_partition)
         log.debug("%s: versions %d..%d -> %d file(s) in %d partition(s)", self.table, first, last, len(files),
@@ -160,6 +184,11 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
         self._known_end = end if self._known_end is None else max(self._known_end, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ManifestPartition):
+            versions, files, sizes = zip(*partition.entries, strict=True)
+            yield pa.RecordBatch.from_arrays([pa.array(versions, pa.int64()), pa.array(files, pa.string()),
+                                              pa.array(sizes, pa.int64())], names=list(MANIFEST_COLUMNS))
+            return
         assert isinstance(partition, FileGroup)
         for file in partition.files:
             yield from conform_file(self.table, pq.read_table(file)).to_batches()
@@ -180,7 +209,8 @@ class DeltaVersionSource(DataSource):
 
     Options (strings, as Spark passes them): ``path`` (table folder), ``table`` (models.tables name, gives
     the schema), ``maxVersionsPerTrigger`` (optional admission control), ``afterVersion`` (a new query skips
-    the versions up to it), ``bytesPerPartition`` (Parquet bytes per read task, default 64 MiB).
+    the versions up to it), ``bytesPerPartition`` (Parquet bytes per read task, default 64 MiB), ``emit``
+    (``rows``, the default, or ``files``: one manifest row per added file).
     """
 
     @classmethod
@@ -188,7 +218,15 @@ class DeltaVersionSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
+        if self._emit_files():
+            return manifest_schema()
         return spark_schema(self._option("table"), nullable=True)
+
+    def _emit_files(self) -> bool:
+        emit = self.options.get("emit") or "rows"
+        if emit not in ("rows", "files"):
+            raise ValueError(f"{SOURCE_NAME}: option emit must be 'rows' or 'files', got {emit!r}")
+        return emit == "files"
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         raw = self.options.get("maxVersionsPerTrigger")
@@ -200,10 +238,21 @@ class DeltaVersionSource(DataSource):
         if per_partition < 1:
             raise ValueError("bytesPerPartition must be >= 1")
         return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions, after,
-                                        per_partition)
+                                        per_partition, self._emit_files())
 
     def _option(self, key: str) -> str:
         value = self.options.get(key)
         if not value:
             raise ValueError(f"{SOURCE_NAME}: option {key!r} is required")
         return str(value)
+
+
+def read_manifest(table: str, files: Sequence[str]) -> pa.Table:
+    """The rows of a manifest's files, in manifest order, in the spec's columns (what emit=rows would give)."""
+    parts = [conform_file(table, pq.read_table(f)) for f in files]
+    return pa.concat_tables(parts) if parts else arrow_schema(table).empty_table()
+
+
+def manifest_rows(files: Sequence[str]) -> int:
+    """Rows in these Parquet files, from their footers."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)

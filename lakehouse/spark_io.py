@@ -129,6 +129,7 @@ def stream_table(
     max_versions_per_trigger: int | None = None,
     after_version: int | None = None,
     bytes_per_partition: int | None = None,
+    files_only: bool = False,
 ) -> DataFrame:
     """A streaming DataFrame emitting each Delta version's new rows once (offsets = table versions).
 
@@ -136,15 +137,19 @@ def stream_table(
     ``after_version``: a new query starts after this version (the versions up to it are already processed,
     e.g. by a rebuild); an existing checkpoint's offsets take precedence, as in Spark.
     ``bytes_per_partition``: Parquet bytes one read task takes (consecutive small files share a task).
+    ``files_only``: emit each micro-batch's file manifest instead of its rows (``delta_source.MANIFEST_COLUMNS``;
+    read them with ``read_manifest_frame``). Not with Delta's own source, which always emits rows.
     An overwrite/delete version in the source stops the query with ``DeltaChangeNotSupported``.
     """
     if _engine(spark) == "delta":
+        if files_only:
+            raise ValueError("files_only needs the delta-rs engine (Delta's own source emits rows)")
         # Delta's own source has no per-version cap; it is left unbounded here.
         delta = spark.readStream.format("delta")
         if after_version is not None:
             delta = delta.option("startingVersion", str(after_version + 1))
         return delta.load(lake.table_path(table))
-    from lakehouse.delta_source import SOURCE_NAME, DeltaVersionSource
+    from lakehouse.delta_source import SOURCE_NAME, DeltaVersionSource, manifest_schema
 
     spark.dataSource.register(DeltaVersionSource)
     reader = (
@@ -156,7 +161,23 @@ def stream_table(
         reader = reader.option("afterVersion", str(after_version))
     if bytes_per_partition is not None:
         reader = reader.option("bytesPerPartition", str(bytes_per_partition))
-    return reader.load()
+    if files_only:
+        reader = reader.option("emit", "files")
+    # the schema given, Spark does not start a Python process just to ask the source for it
+    return reader.schema(manifest_schema() if files_only else spark_schema(table, nullable=True)).load()
+
+
+def supports_file_manifests(spark: SparkSession) -> bool:
+    """Whether ``stream_table(files_only=True)`` works in this session (the delta-rs engine)."""
+    return _engine(spark) == "delta-rs"
+
+
+def read_files_frame(spark: SparkSession, table: str, files: Sequence[str]) -> DataFrame:
+    """A manifest's files as a DataFrame, read by Spark's own Parquet reader with the spec schema."""
+    schema = spark_schema(table, nullable=True)
+    if not files:
+        return _empty_frame(spark, schema)
+    return spark.read.schema(schema).parquet(*files)
 
 
 def source_end_versions(progress: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -417,32 +417,65 @@ def _replica_map(name: str, raw: Mapping[str, Any]) -> dict[int, tuple[int, ...]
     for key, replicas in raw.items():
         if not _DECIMAL.fullmatch(key):
             raise _Bad(f"{name}: partition key must be a non-negative integer string, got {key!r}")
-        _check_type(f"{name}[{key}]", "int_list", replicas)
+        # JSON yields exact lists and ints (or bools): the exact-type test is the common, cheap case
+        if type(replicas) is not list or not all(type(r) is int for r in replicas):
+            _check_type(f"{name}[{key}]", "int_list", replicas)
+        if replicas and not (INT32_MIN <= min(replicas) and max(replicas) <= INT32_MAX):
+            raise _Bad(f"{name}[{key}]: broker ids are 32-bit ints in Kafka, got {replicas!r}")
         out[int(key)] = tuple(replicas)
     return out
 
 
-def _decode_topic(ctx: _Ctx) -> list[MetadataEvent]:
-    if ctx.change.op is ZnodeOp.DELETE:
-        return [ctx.event(T.TOPIC_DELETED)]
-    f = _validate(PathKind.TOPIC, _json_object(ctx.change.data))
+@dataclass(frozen=True)
+class TopicAssignment:
+    """The validated fields of one topic assignment payload (``/brokers/topics/T``)."""
+
+    partitions: dict[int, tuple[int, ...]]
+    adding: dict[int, tuple[int, ...]]
+    removing: dict[int, tuple[int, ...]]
+    common: dict[str, object]  # the detail every partition's PARTITION_ASSIGNED event carries
+
+    def partition_detail(self, partition: int) -> dict[str, object]:
+        """The ``detail`` of one partition's PARTITION_ASSIGNED event."""
+        detail = dict(self.common)
+        if partition in self.adding:
+            detail["adding_replicas"] = list(self.adding[partition])
+        if partition in self.removing:
+            detail["removing_replicas"] = list(self.removing[partition])
+        return detail
+
+
+def topic_assignment(data: bytes | None) -> TopicAssignment:
+    """Validate a topic assignment payload; depends on the bytes only.
+
+    Raises:
+        ValueError: the payload is not something Kafka writes (the reason is the message).
+    """
+    try:
+        return _topic_assignment(data)
+    except _Bad as e:
+        raise ValueError(str(e)) from None
+
+
+def _topic_assignment(data: bytes | None) -> TopicAssignment:
+    f = _validate(PathKind.TOPIC, _json_object(data))
     partitions = _replica_map("partitions", f["partitions"])
     adding = _replica_map("adding_replicas", f.get("adding_replicas", {}))
     removing = _replica_map("removing_replicas", f.get("removing_replicas", {}))
     common: dict[str, object] = {"payload_version": f["version"], "partition_count": len(partitions)}
     if "topic_id" in f:
         common["topic_id"] = f["topic_id"]
-    if not partitions:  # keep the observation even though Kafka never writes an empty assignment
-        return [ctx.event(T.PARTITION_ASSIGNED, detail=common)]
-    events = []
-    for p in sorted(partitions):
-        detail = dict(common)
-        if p in adding:
-            detail["adding_replicas"] = list(adding[p])
-        if p in removing:
-            detail["removing_replicas"] = list(removing[p])
-        events.append(ctx.event(T.PARTITION_ASSIGNED, partition=p, replicas=partitions[p], detail=detail))
-    return events
+    return TopicAssignment(partitions, adding, removing, common)
+
+
+def _decode_topic(ctx: _Ctx) -> list[MetadataEvent]:
+    if ctx.change.op is ZnodeOp.DELETE:
+        return [ctx.event(T.TOPIC_DELETED)]
+    a = _topic_assignment(ctx.change.data)
+    if not a.partitions:  # keep the observation even though Kafka never writes an empty assignment
+        return [ctx.event(T.PARTITION_ASSIGNED, detail=a.common)]
+    return [ctx.event(T.PARTITION_ASSIGNED, partition=p, replicas=a.partitions[p], detail=a.partition_detail(p))
+            for p in sorted(a.partitions)]
 
 
 @dataclass(frozen=True)

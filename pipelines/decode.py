@@ -26,8 +26,10 @@ from models.znode_codec import (
     PATH_PATTERNS,
     PartitionStatePayload,
     PathKind,
+    TopicAssignment,
     partition_state_detail,
     partition_state_payload,
+    topic_assignment,
 )
 from pipelines.arrow_ids import metadata_event_ids
 from pipelines.parallel import THREADS, concat_or_empty, parallel_map
@@ -146,9 +148,11 @@ def decode_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     arrow_schema = _arrow_out_schema()
     for batch in batches:
-        fast, rest = fast_state_writes(batch, arrow_schema)
-        if fast is not None:
-            yield from fast.to_batches()
+        states, rest = fast_state_writes(batch, arrow_schema)
+        topics, rest = fast_topic_assignments(rest, arrow_schema)
+        for fast in (states, topics):
+            if fast is not None:
+                yield from fast.to_batches()
         rows = decode_rows(rest.to_pylist())
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
@@ -229,6 +233,68 @@ def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[p
 
 
 _NO_PAYLOAD = PartitionStatePayload(0, 0, 0, (), None)  # placeholder for malformed dictionary entries (never taken)
+
+_TOPIC_PATH = PATH_PATTERNS[PathKind.TOPIC]
+
+
+def fast_topic_assignments(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[pa.Table | None, pa.RecordBatch]:
+    """(decoded rows of the valid topic assignments in ``batch``, the other rows for ``decode_rows``).
+
+    A topic's assignment fans out into one PARTITION_ASSIGNED event per partition (a cluster's creation is
+    one such row per topic, thousands of events each). The codec validates each payload
+    (``topic_assignment``); the per-event columns are built whole, not as one dict per event. Exactly what
+    ``decode_rows`` yields for those rows (``tests/unit/test_fast_decode.py``).
+    """
+    if batch.num_rows == 0:
+        return None, batch
+    m = pc.extract_regex(batch["path"], _TOPIC_PATH)
+    candidate = pc.fill_null(pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array(["CREATE", "SET"]))),
+                                     pc.is_valid(batch["data"])), False)
+    if not pc.any(candidate).as_py():
+        return None, batch
+    rows = np.nonzero(candidate.to_numpy(zero_copy_only=False))[0]
+    taken: list[int] = []
+    assignments: list[TopicAssignment] = []
+    for row, data in zip(rows.tolist(), pc.take(batch["data"], pa.array(rows)).to_pylist(), strict=True):
+        try:
+            a = topic_assignment(data)
+        except ValueError:
+            continue  # decode_rows quarantines it, with the codec's message
+        if a.partitions:  # an empty assignment is one partition-less event: left to decode_rows
+            taken.append(row)
+            assignments.append(a)
+    if not taken:
+        return None, batch
+    partitions: list[int] = []
+    replicas: list[tuple[int, ...]] = []
+    details: list[str] = []
+    seqs: list[int] = []
+    for a in assignments:
+        ordered = sorted(a.partitions)
+        shared = _dumps(a.common)  # the detail of every partition not being reassigned
+        partitions += ordered
+        replicas += [a.partitions[p] for p in ordered]
+        details += [_dumps(a.partition_detail(p)) if p in a.adding or p in a.removing else shared for p in ordered]
+        seqs += range(len(ordered))
+    per_row = np.array([len(a.partitions) for a in assignments])
+    take = pa.array(np.repeat(np.array(taken, np.int64), per_row))
+    n = len(partitions)
+    cluster, zxid, path, op = (pc.take(batch[c], take) for c in ("cluster", "zxid", "path", "op"))
+    seq = pa.array(seqs, pa.int32())
+    cols: dict[str, Any] = {
+        "cluster": cluster, "zxid": zxid,
+        "event_time": pc.coalesce(pc.take(batch["txn_time"], take), pc.take(batch["observed_at"], take)),
+        "type": pa.array([str(MetadataEventType.PARTITION_ASSIGNED)] * n, pa.string()),
+        "topic": pc.take(pc.struct_field(m, "topic"), take), "partition": pa.array(partitions, pa.int32()),
+        "replicas": pa.array(replicas, pa.list_(pa.int32())), "detail": pa.array(details, pa.string()),
+        "zk_version": pc.take(batch["version"], take), "czxid": pc.take(batch["czxid"], take), "path": path,
+        "event_id": metadata_event_ids(cluster, zxid, path, op, seq), "_seq": seq,
+        "_ok": pa.array(np.ones(n, bool)),
+    }
+    arrays = [pa.nulls(n, f.type) if f.name not in cols else pc.cast(cols[f.name], f.type) for f in arrow_schema]
+    keep = np.ones(batch.num_rows, bool)
+    keep[taken] = False
+    return pa.Table.from_arrays(arrays, schema=arrow_schema), batch.filter(pa.array(keep))
 
 
 def _arrow_out_schema() -> pa.Schema:

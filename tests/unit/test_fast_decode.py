@@ -1,4 +1,5 @@
-"""The vectorised partition-state decode equals the row-wise codec path on every row it takes."""
+"""The vectorised decodes (partition state writes, topic assignments) equal the row-wise codec path on every row
+they take."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.znode_codec import encode_partition_state
-from pipelines.decode import _arrow_out_schema, _decode_batches, decode_rows, fast_state_writes
+from models.znode_codec import encode_partition_state, encode_topic_assignment
+from pipelines.decode import (
+    _arrow_out_schema,
+    _decode_batches,
+    decode_rows,
+    fast_state_writes,
+    fast_topic_assignments,
+)
 
 BRONZE = pa.schema([
     ("cluster", pa.string()), ("zxid", pa.int64()), ("path", pa.string()), ("op", pa.string()),
@@ -26,12 +33,28 @@ paths = st.sampled_from([
     "/brokers/topics/t/partitions/0", "/brokers/topics/t", "/controller",
     "/brokers/topics/t/partitions/0123456789/state", "/brokers/topics/t/partitions/٣/state",
     "/brokers/topics/t/partitions/1/state\n", "/brokers/topics/é/partitions/2/state",
+    "/brokers/topics/orders.v2", "/brokers/topics/t\n", "/brokers/topics/é", "/brokers/topics/a/b",
 ])
 valid = st.builds(
     lambda le, ep, ce, isr, v, lrs: encode_partition_state(le, ep, ce, isr, v, lrs if v == "3.8" else None),
     st.integers(-1, 5), st.integers(0, 9), st.integers(0, 9), st.lists(st.integers(0, 5), max_size=4),
     st.sampled_from(["1.1", "2.4", "3.8"]), st.sampled_from([None, 1]),
 )
+replica_lists = st.lists(st.integers(0, 5), max_size=3)
+assignments = st.builds(
+    lambda parts, moving, v, tid: encode_topic_assignment(
+        parts, v, adding={p: r for p, r in moving.items() if p in parts} if v != "2.0" else None,
+        removing={p: r[:1] for p, r in moving.items() if p in parts} if v != "2.0" else None, topic_id=tid),
+    st.dictionaries(st.integers(0, 40), replica_lists, max_size=6), st.dictionaries(st.integers(0, 40), replica_lists,
+                                                                                     max_size=2),
+    st.sampled_from(["2.0", "2.4", "3.8"]), st.sampled_from([None, "AAAAAAAAAAAAAAAAAAAAAA"]),
+)
+hostile_topics = st.sampled_from([
+    b'{"version":1,"partitions":{"0":[1,2],"x":[1]}}', b'{"version":1,"partitions":{"0":[1,true]}}',
+    b'{"version":1,"partitions":{"0":[1,99999999999]}}', b'{"version":1,"partitions":{"\u0663":[1]}}',
+    b'{"version":4,"partitions":{"0":[1]}}', b'{"version":1,"partitions":[]}', b'{"version":1,"partitions":{}}',
+    b'{"version":2,"partitions":{"0":[1]},"adding_replicas":{"0":"1"}}',
+])
 hostile = st.sampled_from([
     b"", b"{", b"[]", b"null", b'{"version":1}', b'{"controller_epoch":1,"leader":-2,"version":1,"leader_epoch":0,"isr":[]}',
     b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1],"isr":[2]}',
@@ -51,7 +74,8 @@ def bronze_batches(draw: Any) -> pa.RecordBatch:
         rows.append({
             "cluster": "c", "zxid": 100 + i, "path": draw(paths),
             "op": draw(st.sampled_from(["CREATE", "SET", "SET", "DELETE", "MULTI_FAILED"])),
-            "data": draw(st.one_of(valid, valid, hostile, st.none(), st.binary(max_size=12))),
+            "data": draw(st.one_of(valid, valid, assignments, assignments, hostile, hostile_topics, st.none(),
+                                   st.binary(max_size=12))),
             "version": draw(st.none() | st.integers(0, 9)), "czxid": 7, "mzxid": 100 + i, "pzxid": None,
             "ephemeral_owner": None, "session_id": None, "txn_time": draw(st.sampled_from([None, T0])),
             "source": "txnlog", "missed_versions": None, "detail": None, "observed_at": T0, "event_id": f"b{i}",
@@ -84,4 +108,23 @@ def test_fast_path_takes_valid_state_writes_only() -> None:
     fast, rest = fast_state_writes(pa.RecordBatch.from_pylist(rows, schema=BRONZE), _arrow_out_schema())
     assert fast is not None and fast.column("zxid").to_pylist() == [1]
     assert fast.column("detail").to_pylist() == ['{"created": true}']
+    assert rest.column("zxid").to_pylist() == [2, 3, 4]
+
+
+def test_fast_path_fans_out_valid_topic_assignments_only() -> None:
+    ok = encode_topic_assignment({1: [2, 3], 0: [1, 2]}, "2.4", adding={1: [3]})
+    rows = [{f.name: None for f in BRONZE} | {"cluster": "c", "zxid": z, "path": p, "op": op, "data": d,
+                                              "source": "txnlog", "observed_at": T0, "event_id": str(z)}
+            for z, p, op, d in [(1, "/brokers/topics/t", "CREATE", ok),
+                                (2, "/brokers/topics/t", "SET", b'{"version":1,"partitions":{"0":[1,true]}}'),
+                                (3, "/brokers/topics/t", "DELETE", None),
+                                (4, "/brokers/topics/t/partitions/0/state", "SET", ok)]]
+    fast, rest = fast_topic_assignments(pa.RecordBatch.from_pylist(rows, schema=BRONZE), _arrow_out_schema())
+    assert fast is not None
+    assert fast.select(["zxid", "topic", "partition", "replicas", "_seq"]).to_pylist() == [
+        {"zxid": 1, "topic": "t", "partition": 0, "replicas": [1, 2], "_seq": 0},
+        {"zxid": 1, "topic": "t", "partition": 1, "replicas": [2, 3], "_seq": 1}]
+    assert fast.column("detail").to_pylist() == [
+        '{"partition_count": 2, "payload_version": 2}',
+        '{"adding_replicas": [3], "partition_count": 2, "payload_version": 2}']
     assert rest.column("zxid").to_pylist() == [2, 3, 4]

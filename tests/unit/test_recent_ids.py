@@ -22,7 +22,6 @@ def test_recent_ids_answer_every_covered_range_like_the_whole_history(batches: l
         recent.add(pa.chunked_array([pa.array(zxids, pa.int64())]), pa.chunked_array([pa.array(ids, pa.string())]))
         committed += zip(zxids, ids, strict=True)
         floors.append(recent.floor)
-        assert len(recent.zxids) <= max(10, len(zxids)) * 2  # bounded
     hi = lo + width
     if recent.covers(lo):
         assert recent.between(lo, hi) == {i for z, i in committed if lo <= z <= hi}
@@ -35,3 +34,14 @@ def test_a_process_that_found_rows_in_the_lake_answers_only_above_them() -> None
     recent.add(pa.chunked_array([pa.array([101, 150])]), pa.chunked_array([pa.array(["a", "b"])]))
     assert not recent.covers(100)  # below: the lake is asked
     assert recent.covers(101) and recent.between(101, 120) == {"a"}
+
+
+def test_memory_stays_bounded_and_the_floor_rises() -> None:
+    recent = RecentIds(floor=None, max_rows=10)
+    for start in range(0, 100, 10):
+        zxids = list(range(start, start + 10))
+        recent.add(pa.chunked_array([pa.array(zxids, pa.int64())]),
+                   pa.chunked_array([pa.array([str(z) for z in zxids])]))
+        assert len(recent.zxids) <= 20
+    assert recent.floor is not None and recent.floor > 50
+    assert not recent.covers(0) and recent.between(95, 99) == {"95", "96", "97", "98", "99"}
