@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -27,13 +27,15 @@ from jobs._monitor_start import (
     plan_monitor_start,
     writer_metadata,
 )
-from lakehouse.delta_source import MANIFEST_COLUMNS, manifest_rows, read_manifest
+from lakehouse.delta_source import commit_manifest, manifest_rows, read_manifest
 from lakehouse.spark_io import (
+    COMMIT_COLUMNS,
     drain_available_now,
     read_files_frame,
     read_table,
+    stream_commits,
     stream_table,
-    supports_file_manifests,
+    supports_commit_stream,
     write_batch,
 )
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
@@ -330,8 +332,9 @@ def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) ->
 def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
                   carry: MonitorCarry | None = None, batch_base: int = 0,
-                  local_max_rows: int = LOCAL_MAX_ROWS) -> int:
-    """One foreachBatch call: split the unioned bronze rows, run the increment, write it exactly once.
+                  local_max_rows: int = LOCAL_MAX_ROWS, after_versions: Mapping[str, int] | None = None) -> int:
+    """One foreachBatch call: the batch's bronze rows (from its Delta commits, or the rows themselves), the
+    increment, written exactly once.
 
     A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
     (same inputs -> same rows and ids) and the per-table app transaction drops what was already written.
@@ -348,8 +351,8 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     replay = not follows and _committed(lake, "metadata_events", batch_id)
     znodes: DataFrame | pa.Table
     decisions: DataFrame | pa.Table
-    if MANIFEST_COLUMNS[1] in df.columns:
-        znodes, decisions = _manifest_inputs(spark, df.toArrow(), local_max_rows)
+    if COMMIT_COLUMNS[1] in df.columns:
+        znodes, decisions = _commit_inputs(spark, lake, df.toArrow(), after_versions or {}, local_max_rows)
     else:
         head = df.limit(local_max_rows + 1).toArrow() if local_max_rows > 0 else None
         if head is not None and head.num_rows <= local_max_rows:  # all of it: one Spark job for the whole batch
@@ -378,11 +381,16 @@ def _source_rows(batch: pa.Table, tag: str, columns: Sequence[str]) -> pa.Table:
     return batch.filter(pc.equal(batch["_src"], tag)).select(list(columns))
 
 
-def _manifest_inputs(spark: SparkSession, manifest: pa.Table, local_max_rows: int) -> tuple[Any, Any]:
-    """A micro-batch's bronze rows from its file manifest: read here (pyarrow) when they fit ``local_max_rows``,
-    else by Spark's own Parquet reader; either way no row passes through a Python worker and back."""
-    files = {t: manifest.filter(pc.equal(manifest["_src"], tag))[MANIFEST_COLUMNS[1]].to_pylist()
-             for t, tag in (("znode_events", "z"), ("controller_decisions", "d"))}
+def _commit_inputs(spark: SparkSession, lake: Lake, commits: pa.Table, after_versions: Mapping[str, int],
+                   local_max_rows: int) -> tuple[Any, Any]:
+    """A micro-batch's bronze rows from the Delta commits it streamed: the files those commits added, read here
+    (pyarrow) when they fit ``local_max_rows``, else by Spark's own Parquet reader. Commits at or below
+    ``after_versions`` (what a rebuild already read) are skipped."""
+    files: dict[str, list[str]] = {}
+    for table, tag in (("znode_events", "z"), ("controller_decisions", "d")):
+        mine = commits.filter(pc.equal(commits["_src"], tag))
+        pairs = zip(mine[COMMIT_COLUMNS[0]].to_pylist(), mine[COMMIT_COLUMNS[1]].to_pylist(), strict=True)
+        files[table] = commit_manifest(lake.table_path(table), pairs, after_versions.get(table, -1))
     rows = sum(manifest_rows(f) for f in files.values()) if local_max_rows > 0 else None
     if rows is not None and rows <= local_max_rows:
         return read_manifest("znode_events", files["znode_events"]), read_manifest(
@@ -392,26 +400,30 @@ def _manifest_inputs(spark: SparkSession, manifest: pa.Table, local_max_rows: in
 
 
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
-                  available_now: bool = False, max_versions_per_trigger: int | None = None,
+                  available_now: bool = False,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None,
                   quality: bool = False, carry: MonitorCarry | None = None,
                   start: MonitorStart | None = None, local_max_rows: int = LOCAL_MAX_ROWS) -> StreamingQuery:
-    """The streaming pipeline: both bronze tables unioned into one query, foreachBatch -> run_increment.
+    """The streaming pipeline: both bronze tables' new Delta commits in one query, foreachBatch -> run_increment.
 
-    For "process what is there, then stop" use ``drain_monitor``: ``available_now`` alone runs one batch.
+    For "process what is there, then stop" use ``drain_monitor``.
     """
     for table in STREAMED_TABLES:
         lake.ensure(table)
     start = start or plan_monitor_start(lake, checkpoint_dir)
     after = start.after_versions or {}
-    manifests = supports_file_manifests(spark)  # the batch's files, read in foreachBatch (_manifest_inputs)
-    z, d = (stream_table(spark, lake, t, max_versions_per_trigger, after.get(t), files_only=manifests)
-            .withColumn("_src", F.lit(tag)) for t, tag in (("znode_events", "z"), ("controller_decisions", "d")))
+    tagged = (("znode_events", "z"), ("controller_decisions", "d"))
+    if supports_commit_stream(spark):  # the commits; the batch reads the files they added (_commit_inputs)
+        z, d = (stream_commits(spark, lake, t).withColumn("_src", F.lit(tag)) for t, tag in tagged)
+    else:  # Delta's own source: the rows
+        z, d = (stream_table(spark, lake, t, after_version=after.get(t)).withColumn("_src", F.lit(tag))
+                for t, tag in tagged)
     both = z.unionByName(d, allowMissingColumns=True)
     carry = carry or MonitorCarry(lake)
     base = start.batch_base
     writer = both.writeStream.foreachBatch(
-        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry, base, local_max_rows)
+        lambda df, batch_id: monitor_batch(spark, lake, df, batch_id, publish, quality, carry, base, local_max_rows,
+                                           after)
     ).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -422,7 +434,7 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
 
 def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None, quality: bool = False,
-                  max_versions_per_trigger: int | None = None, local_max_rows: int = LOCAL_MAX_ROWS) -> int:
+                  local_max_rows: int = LOCAL_MAX_ROWS) -> int:
     """``monitor --available-now``: every bronze row present now is processed, then the monitor stops.
 
     Runs availableNow queries until the checkpoint covers the tables' current versions (one run usually;
@@ -434,7 +446,7 @@ def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
     carry = MonitorCarry(lake)  # one carried state across the runs: they continue one another
     return drain_available_now(
         lambda: start_monitor(spark, lake, checkpoint_dir, available_now=True, publish=publish, quality=quality,
-                              max_versions_per_trigger=max_versions_per_trigger, carry=carry, start=start,
+                              carry=carry, start=start,
                               local_max_rows=local_max_rows),
         lake, STREAMED_TABLES)
 

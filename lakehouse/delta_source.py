@@ -5,9 +5,10 @@ been emitted" (the name makes a query's progress and checkpoint readable per sou
 are read the same way). A
 micro-batch ``(start, end]`` reads the Parquet files that the commits ``start+1 .. end`` added
 (``add`` actions with ``dataChange=true`` in ``_delta_log/<v>.json``, the Delta protocol's commit files),
-so each row of an append-only table is emitted exactly once. With ``emit=files`` the stream carries only the
-batch's manifest, one row per added file (``MANIFEST_COLUMNS``), and the consumer reads the files itself: the
-rows then skip the Python-worker -> JVM -> driver round trip (see ``read_manifest``). A commit that removes data (overwrite,
+so each row of an append-only table is emitted exactly once.
+
+The monitor streams the commit files themselves instead (``spark_io.stream_commits``, Spark's own file source
+over ``_delta_log``) and reads the added files with ``commit_manifest`` + ``read_manifest``: no Python worker. A commit that removes data (overwrite,
 delete, merge) cannot be expressed as new rows: the source refuses it with a clear error. Compaction
 (``optimize``: remove+add with ``dataChange=false``) is skipped.
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -55,14 +57,22 @@ def added_files(path: str, version: int) -> list[tuple[str, int]]:
     commit = os.path.join(path, _LOG_DIR, f"{version:020d}.json")
     try:
         with open(commit, encoding="utf-8") as f:
-            actions = [json.loads(line) for line in f if line.strip()]
+            lines = f.readlines()
     except FileNotFoundError:
         raise DeltaChangeNotSupported(
             f"{path}: commit {version} is no longer in the Delta log (log cleanup?); restart the stream "
             "from a new checkpoint"
         ) from None
+    return _data_adds(path, version, lines)
+
+
+def _data_adds(path: str, version: int, lines: Iterable[str]) -> list[tuple[str, int]]:
+    """The ``add`` actions with dataChange of one commit's JSON lines; a data ``remove`` is refused."""
     files: list[tuple[str, int]] = []
-    for action in actions:
+    for line in lines:
+        if not line.strip():
+            continue
+        action = json.loads(line)
         remove = action.get("remove")
         if remove is not None and remove.get("dataChange", True):
             raise DeltaChangeNotSupported(
@@ -77,28 +87,33 @@ def added_files(path: str, version: int) -> list[tuple[str, int]]:
     return files
 
 
+_COMMIT_FILE = re.compile(r"(\d{20})\.json")
+
+
+def commit_version(file_name: str) -> int | None:
+    """The version of a ``_delta_log`` commit file name (None for checkpoints, temporary files and the rest)."""
+    m = _COMMIT_FILE.fullmatch(os.path.basename(file_name))
+    return int(m.group(1)) if m else None
+
+
+def commit_manifest(path: str, actions: Iterable[tuple[str, str]], after_version: int = -1) -> list[str]:
+    """The data files added by the commits whose (file name, JSON line) pairs are given, in version order.
+
+    Commits at or below ``after_version`` are skipped (already processed, e.g. by a rebuild); a commit
+    that removes data raises ``DeltaChangeNotSupported``.
+    """
+    by_version: dict[int, list[str]] = {}
+    for name, line in actions:
+        version = commit_version(name)
+        if version is not None and version > after_version:
+            by_version.setdefault(version, []).append(line)
+    return [f for v in sorted(by_version) for f, _size in _data_adds(path, v, by_version[v])]
+
+
 def _resolve(table_path: str, file_path: str) -> str:
     if "://" in file_path:
         return unquote(urlparse(file_path).path)
     return os.path.join(table_path, unquote(file_path))
-
-
-MANIFEST_COLUMNS = ("_version", "_file", "_bytes")  # emit=files: commit version, absolute path, Parquet bytes
-
-
-def manifest_schema() -> StructType:
-    from pyspark.sql import types as T
-
-    return T.StructType([T.StructField("_version", T.LongType(), False), T.StructField("_file", T.StringType(), False),
-                         T.StructField("_bytes", T.LongType(), False)])
-
-
-class ManifestPartition(InputPartition):
-    """The (version, path, bytes) of every file a micro-batch's commits added, emitted as rows (emit=files)."""
-
-    def __init__(self, entries: Sequence[tuple[int, str, int]]) -> None:
-        super().__init__(tuple(entries))
-        self.entries = tuple(entries)
 
 
 class FileGroup(InputPartition):
@@ -141,9 +156,8 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     """
 
     def __init__(self, path: str, table: str, max_versions: int | None, after_version: int = -1,
-                 bytes_per_partition: int = BYTES_PER_PARTITION, emit_files: bool = False) -> None:
+                 bytes_per_partition: int = BYTES_PER_PARTITION) -> None:
         self.path = path
-        self.emit_files = emit_files
         self.bytes_per_partition = bytes_per_partition
         self.table = table
         self.max_versions = max_versions
@@ -168,9 +182,6 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, last = int(start["version"]) + 1, int(end["version"])
         self._note_end(last)
-        if self.emit_files:
-            entries = [(v, f, n) for v in range(first, last + 1) for f, n in added_files(self.path, v)]
-            return [ManifestPartition(entries)] if entries else []
         files = [f for v in range(first, last + 1) for f in added_files(self.path, v)]
         groups = group_files(files, self.bytes_per_partition)
         log.debug("%s: versions %d..%d -> %d file(s) in %d partition(s)", self.table, first, last, len(files),
@@ -184,11 +195,6 @@ class DeltaVersionStreamReader(DataSourceStreamReader):
         self._known_end = end if self._known_end is None else max(self._known_end, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, ManifestPartition):
-            versions, files, sizes = zip(*partition.entries, strict=True)
-            yield pa.RecordBatch.from_arrays([pa.array(versions, pa.int64()), pa.array(files, pa.string()),
-                                              pa.array(sizes, pa.int64())], names=list(MANIFEST_COLUMNS))
-            return
         assert isinstance(partition, FileGroup)
         for file in partition.files:
             yield from conform_file(self.table, pq.read_table(file)).to_batches()
@@ -209,8 +215,7 @@ class DeltaVersionSource(DataSource):
 
     Options (strings, as Spark passes them): ``path`` (table folder), ``table`` (models.tables name, gives
     the schema), ``maxVersionsPerTrigger`` (optional admission control), ``afterVersion`` (a new query skips
-    the versions up to it), ``bytesPerPartition`` (Parquet bytes per read task, default 64 MiB), ``emit``
-    (``rows``, the default, or ``files``: one manifest row per added file).
+    the versions up to it), ``bytesPerPartition`` (Parquet bytes per read task, default 64 MiB).
     """
 
     @classmethod
@@ -218,15 +223,7 @@ class DeltaVersionSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        if self._emit_files():
-            return manifest_schema()
         return spark_schema(self._option("table"), nullable=True)
-
-    def _emit_files(self) -> bool:
-        emit = self.options.get("emit") or "rows"
-        if emit not in ("rows", "files"):
-            raise ValueError(f"{SOURCE_NAME}: option emit must be 'rows' or 'files', got {emit!r}")
-        return emit == "files"
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         raw = self.options.get("maxVersionsPerTrigger")
@@ -238,7 +235,7 @@ class DeltaVersionSource(DataSource):
         if per_partition < 1:
             raise ValueError("bytesPerPartition must be >= 1")
         return DeltaVersionStreamReader(self._option("path"), self._option("table"), max_versions, after,
-                                        per_partition, self._emit_files())
+                                        per_partition)
 
     def _option(self, key: str) -> str:
         value = self.options.get(key)
@@ -248,7 +245,7 @@ class DeltaVersionSource(DataSource):
 
 
 def read_manifest(table: str, files: Sequence[str]) -> pa.Table:
-    """The rows of a manifest's files, in manifest order, in the spec's columns (what emit=rows would give)."""
+    """The rows of these data files, in this order, in the spec's columns (what the rows stream would give)."""
     parts = [conform_file(table, pq.read_table(f)) for f in files]
     return pa.concat_tables(parts) if parts else arrow_schema(table).empty_table()
 

@@ -129,7 +129,6 @@ def stream_table(
     max_versions_per_trigger: int | None = None,
     after_version: int | None = None,
     bytes_per_partition: int | None = None,
-    files_only: bool = False,
 ) -> DataFrame:
     """A streaming DataFrame emitting each Delta version's new rows once (offsets = table versions).
 
@@ -137,19 +136,15 @@ def stream_table(
     ``after_version``: a new query starts after this version (the versions up to it are already processed,
     e.g. by a rebuild); an existing checkpoint's offsets take precedence, as in Spark.
     ``bytes_per_partition``: Parquet bytes one read task takes (consecutive small files share a task).
-    ``files_only``: emit each micro-batch's file manifest instead of its rows (``delta_source.MANIFEST_COLUMNS``;
-    read them with ``read_manifest_frame``). Not with Delta's own source, which always emits rows.
     An overwrite/delete version in the source stops the query with ``DeltaChangeNotSupported``.
     """
     if _engine(spark) == "delta":
-        if files_only:
-            raise ValueError("files_only needs the delta-rs engine (Delta's own source emits rows)")
         # Delta's own source has no per-version cap; it is left unbounded here.
         delta = spark.readStream.format("delta")
         if after_version is not None:
             delta = delta.option("startingVersion", str(after_version + 1))
         return delta.load(lake.table_path(table))
-    from lakehouse.delta_source import SOURCE_NAME, DeltaVersionSource, manifest_schema
+    from lakehouse.delta_source import SOURCE_NAME, DeltaVersionSource
 
     spark.dataSource.register(DeltaVersionSource)
     reader = (
@@ -161,19 +156,38 @@ def stream_table(
         reader = reader.option("afterVersion", str(after_version))
     if bytes_per_partition is not None:
         reader = reader.option("bytesPerPartition", str(bytes_per_partition))
-    if files_only:
-        reader = reader.option("emit", "files")
     # the schema given, Spark does not start a Python process just to ask the source for it
-    return reader.schema(manifest_schema() if files_only else spark_schema(table, nullable=True)).load()
+    return reader.schema(spark_schema(table, nullable=True)).load()
 
 
-def supports_file_manifests(spark: SparkSession) -> bool:
-    """Whether ``stream_table(files_only=True)`` works in this session (the delta-rs engine)."""
+COMMIT_COLUMNS = ("_commit", "_action")  # stream_commits: commit file name, one JSON action line of it
+
+
+def stream_commits(spark: SparkSession, lake: Lake, table: str) -> DataFrame:
+    """A streaming DataFrame of each new Delta commit of ``table``, once: one row per JSON action line.
+
+    Spark's own text file source over ``_delta_log``: a commit file appears whole (written aside, then
+    renamed) and the source's checkpoint records the files it has emitted, so every commit is emitted
+    exactly once, with no Python process on the read path (what the monitor's latency needs). Turn the
+    rows into data files with ``delta_source.commit_manifest``; a commit that removes data is refused there.
+    """
+    from pyspark.sql import functions as F
+
+    lake.ensure(table)
+    log_dir = f"{lake.table_path(table)}/_delta_log"
+    commits = spark.readStream.format("text").option("pathGlobFilter", "*.json").load(log_dir)
+    return commits.select(F.col("_metadata.file_name").alias(COMMIT_COLUMNS[0]),
+                          F.col("value").alias(COMMIT_COLUMNS[1]))
+
+
+def supports_commit_stream(spark: SparkSession) -> bool:
+    """Whether the monitor reads the Delta log itself (``stream_commits``): the delta-rs engine; with Delta's
+    jars, Delta's own source streams the rows."""
     return _engine(spark) == "delta-rs"
 
 
 def read_files_frame(spark: SparkSession, table: str, files: Sequence[str]) -> DataFrame:
-    """A manifest's files as a DataFrame, read by Spark's own Parquet reader with the spec schema."""
+    """Data files of a table as a DataFrame, read by Spark's own Parquet reader with the spec schema."""
     schema = spark_schema(table, nullable=True)
     if not files:
         return _empty_frame(spark, schema)
