@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import pairwise
@@ -49,7 +49,7 @@ from pipelines.decode import decode_table, decoded_znode_events, split_decoded
 from pipelines.parallel import concat_or_empty, parallel_map
 from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
-from pipelines.vector_fold import fold_table, int_codes
+from pipelines.vector_fold import FOLD_RECORDS, fold_parts, fold_table, int_codes
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +156,15 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     if meta is None:
         fold = fold_local(meta_t, seeds, timeline.ctx, kafka_version)
     else:
-        fold = _fold(spark, meta, seeds, timeline.ctx, kafka_version).toArrow()
+        folded = _fold(spark, meta, seeds, timeline.ctx, kafka_version).toArrow()
+        fold = {rec: folded.filter(pc.equal(folded["rec"], rec)) for rec in FOLD_RECORDS}
     if decoded_df is not None:
         decoded_df.unpersist()
-    pt_t = _rec(fold, "pt", PARTITION_TRANSITIONS.column_names)
-    rt_t = _rec(fold, "rt", REPLICA_TRANSITIONS.column_names)
-    writes_t = fold.filter(pc.equal(fold["rec"], "w"))
-    ps_t = _merge_state(carried.partition_state, _rec(fold, "ps", PARTITION_STATE.column_names))
-    rs_t = _merge_state(carried.replica_state, _rec(fold, "rs", REPLICA_STATE.column_names))
+    pt_t = fold["pt"].select(list(PARTITION_TRANSITIONS.column_names))
+    rt_t = fold["rt"].select(list(REPLICA_TRANSITIONS.column_names))
+    writes_t = fold["w"]
+    ps_t = _merge_state(carried.partition_state, fold["ps"].select(list(PARTITION_STATE.column_names)))
+    rs_t = _merge_state(carried.replica_state, fold["rs"].select(list(REPLICA_STATE.column_names)))
 
     dec_t = decisions if isinstance(decisions, pa.Table) else decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
     log_terms_t = merge_log_terms(carried.log_terms, dec_t, cluster) if dec_t.num_rows or not carried.empty \
@@ -233,10 +234,6 @@ def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFr
     if tbl.num_rows == 0:
         return local_df(spark, [], struct)
     return spark.createDataFrame(tbl.select(struct.fieldNames()).cast(_arrow_schema(struct)))
-
-
-def _rec(fold: pa.Table, rec: str, cols: Sequence[str]) -> pa.Table:
-    return fold.filter(pc.equal(fold["rec"], rec)).select(list(cols))
 
 
 def _global_rows(meta: pa.Table) -> list[dict[str, Any]]:
@@ -328,8 +325,9 @@ TOPIC_FANOUT_SEQ = 1_000_000  # a topic deletion fanned out to its partitions so
 
 
 def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
-               kafka_version: str) -> pa.Table:
-    """``_fold`` of a small increment in this process: the same rows, the same order, the same kernel."""
+               kafka_version: str) -> dict[str, pa.Table]:
+    """``_fold`` of a small increment in this process: the same rows, the same order, the same kernel; the records
+    by kind (``vector_fold.FOLD_RECORDS``)."""
     carried_ps, carried_rs = seeds_t
     schema = to_arrow_schema(FOLD_INPUT)
     keyed = meta_t.filter(pc.and_(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta_t["partition"])))
@@ -360,7 +358,8 @@ def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: Global
     # Spark folds buckets; smaller runs also stay in cache
     cuts = _cuts(key_starts, rows.num_rows, LOCAL_FOLD_CHUNK_ROWS)
     runs = [rows.slice(a, b - a) for a, b in pairwise(cuts)]
-    return concat_or_empty(parallel_map(lambda run: fold_table(run, ctx, kafka_version), runs), FOLD_ARROW_SCHEMA)
+    folded = parallel_map(lambda run: fold_parts(run, ctx, kafka_version), runs)
+    return {rec: concat_or_empty([f[rec] for f in folded], FOLD_ARROW_SCHEMA) for rec in FOLD_RECORDS}
 
 
 LOCAL_FOLD_CHUNK_ROWS = 250_000

@@ -110,14 +110,24 @@ class _Tables:
         self.r_out = np.where(rs == R_ON, self.rm[R_ON, R_OFF], rs).astype(np.int8)
 
 
+FOLD_RECORDS = ("pt", "rt", "w", "ps", "rs")  # the fold's record kinds (its ``rec`` column), in output order
+
+
 def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION,
                out_schema: pa.Schema | None = None) -> pa.Table:
     """Every record ``BucketFolder.fold`` emits for these sorted rows (without ``src_event_id``)."""
+    return pa.concat_tables(fold_parts(rows, ctx, kafka_version, out_schema).values())
+
+
+def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION,
+               out_schema: pa.Schema | None = None) -> dict[str, pa.Table]:
+    """``fold_table``'s records by kind (``FOLD_RECORDS``): the caller needs them apart, not filtered back out."""
     from pipelines.engine import FOLD_ARROW_SCHEMA
 
     schema = out_schema or FOLD_ARROW_SCHEMA
+    parts: dict[str, list[pa.Table]] = {rec: [] for rec in FOLD_RECORDS}
     if rows.num_rows == 0:
-        return schema.empty_table()
+        return {rec: schema.empty_table() for rec in FOLD_RECORDS}
     topic, part = rows["topic"], rows["partition"]
     boundary = np.ones(rows.num_rows, bool)
     if rows.num_rows > 1:
@@ -128,17 +138,19 @@ def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
     slow_row = pc.is_in(rows["type"], pa.array(SLOW_TYPES)).to_numpy(zero_copy_only=False)
     slow_key = np.zeros(key[-1] + 1, bool)
     slow_key[key[slow_row]] = True
-    parts: list[pa.Table] = []
     if slow_key.any():
         slow = rows.filter(pa.array(slow_key[key]))
         records = [{k: v for k, v in r.items() if k != "src_event_id"}
                    for r in BucketFolder(ctx, kafka_version).fold(slow.to_pylist())]
-        parts.append(pa.Table.from_pylist(records, schema=schema))
+        folded = pa.Table.from_pylist(records, schema=schema)
+        for rec in FOLD_RECORDS:
+            parts[rec].append(folded.filter(pc.equal(folded["rec"], rec)))
         rows = rows.filter(pa.array(~slow_key[key]))
         boundary = boundary[~slow_key[key]]
     if rows.num_rows:
-        parts.append(_FastFold(rows, boundary, ctx, _Tables(kafka_version), schema).run())
-    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        for rec, table in _FastFold(rows, boundary, ctx, _Tables(kafka_version), schema).run().items():
+            parts[rec].append(table)
+    return {rec: pa.concat_tables(tables) if len(tables) != 1 else tables[0] for rec, tables in parts.items()}
 
 
 class _FastFold:
@@ -156,6 +168,8 @@ class _FastFold:
         self.is_assign = pc.equal(types, "PARTITION_ASSIGNED").to_numpy(zero_copy_only=False)
         self.is_write = pc.equal(types, "PARTITION_STATE_WRITTEN").to_numpy(zero_copy_only=False)
         self.zxid = rows["zxid"].to_numpy()
+        clusters = pc.unique(rows["cluster"])
+        self.one_cluster = clusters[0] if len(clusters) == 1 and clusters.null_count == 0 else None
         self.leader = self._ints("leader")
         self.epoch = self._ints("leader_epoch")
         # the view: leader fields come from the last write or seed, replicas from the last assignment or seed
@@ -163,16 +177,23 @@ class _FastFold:
         self.lw_before = _last_where(self.is_write | self.is_seed, self.start, inclusive=False)
         self.ra_at = _last_where(self.is_assign | self.is_seed, self.start, inclusive=True)
 
+    def _cluster(self, r: pa.Array) -> pa.Array:
+        """``rows["cluster"]`` taken at ``r``: repeated when the rows hold one cluster (nearly always)."""
+        if self.one_cluster is not None:
+            return pa.repeat(self.one_cluster, len(r))
+        return pc.take(self.rows["cluster"], r)
+
     def _ints(self, name: str) -> npt.NDArray[np.float64]:
         """An int column as float64 with NaN for null (exact for every int32 id and epoch)."""
         values: npt.NDArray[np.float64] = pc.cast(self.rows[name], pa.float64()).to_numpy(zero_copy_only=False)
         return values
 
-    def run(self) -> pa.Table:
+    def run(self) -> dict[str, pa.Table]:
         pt_steps = self._partition_steps()
         rt_steps, finals_rs = self._replica_steps()
-        steps = self._number_steps(pt_steps, rt_steps)
-        return pa.concat_tables([*steps, self._writes(), self._partition_finals(pt_steps["final"]), finals_rs])
+        pt, rt = self._number_steps(pt_steps, rt_steps)
+        return {"pt": pt, "rt": rt, "w": self._writes(), "ps": self._partition_finals(pt_steps["final"]),
+                "rs": finals_rs}
 
     # -- partition machine --------------------------------------------------------------------------------
     def _partition_steps(self) -> dict[str, Any]:
@@ -310,7 +331,7 @@ class _FastFold:
         state_names = pa.array([str(x) for x in names], pa.string())
         partition = pc.take(rows["partition"], r)
         cols: dict[str, Any] = {
-            "rec": pa.repeat(pa.scalar(rec), len(r)), "cluster": pc.take(rows["cluster"], r),
+            "rec": pa.repeat(pa.scalar(rec), len(r)), "cluster": self._cluster(r),
             "topic": pc.take(rows["topic"], r), "partition": partition,
             "replica": pa.array(s["replica"], pa.int32()) if s["replica"] is not None else None,
             "zxid": pc.take(rows["zxid"], r), "event_time": pc.take(rows["event_time"], r),
