@@ -107,6 +107,9 @@ def run_main(name: str, parser: argparse.ArgumentParser, run: Any, argv: list[st
     """Every benchmark's entry point: parse, log, run, write results/<name>.json."""
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
+    from pipelines.parallel import use_system_allocator
+
+    use_system_allocator()  # what the zkledger commands run with
     write_result(name, run(args), Path(args.out))
     return 0
 

@@ -41,6 +41,7 @@ from lakehouse.spark_io import (
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
+from pipelines.parallel import use_system_allocator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -464,5 +465,6 @@ def job_context(args: argparse.Namespace) -> tuple[Any, Lake]:
     from conf.settings import load_settings
     from lakehouse import Lake
 
+    use_system_allocator()
     settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
     return settings, Lake(settings.lake.root, settings.lake.cluster)

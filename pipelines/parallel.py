@@ -27,5 +27,16 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return list(pool.map(fn, items))
 
 
+def use_system_allocator() -> None:
+    """Arrow buffers from the C library's malloc instead of the bundled mimalloc, for this process.
+
+    Decode and the fold allocate and drop large short-lived arrays; measured on these machines, the storm
+    increment took 2.8-3.3 s instead of 3.7-4.6 s and a 1 M-event rebuild 7.3-7.8 s instead of 8.1-9.6 s
+    (for ~1 GiB more resident memory). An explicit ``ARROW_DEFAULT_MEMORY_POOL`` still wins. Entry points call it.
+    """
+    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        pa.set_memory_pool(pa.system_memory_pool())
+
+
 def concat_or_empty(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -52,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 with usage on bad syntax, 0 on --help
     _configure_logging(args.verbose)
+    from pipelines.parallel import use_system_allocator
+
+    use_system_allocator()
     ctx: Context | None = None
     try:
         settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
