@@ -84,8 +84,9 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
     holds one chunk's rows and outputs, never the whole history's. Controller decisions go with the last chunk,
     when every znode write they are checked against is known. A chunk of at most ``local_max_rows`` rows is
     read with delta-rs and computed in this process, a larger one through Spark.
-    The bronze versions read are recorded with the last commits, so a new monitor continues right after them
-    (an interrupted rebuild leaves no such record: the monitor asks for a rebuild).
+    The state tables are written by the last chunk only (the first empties them, marking a rebuild in
+    progress); the bronze versions read are recorded with the last commits, so a new monitor continues right
+    after them (an interrupted rebuild leaves no such record: the monitor asks for a rebuild).
     """
     for table in STREAMED_TABLES:
         lake.ensure(table)
@@ -100,11 +101,17 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
         out = run_increment(spark, znodes, decisions, carry.carried, cluster=lake.cluster)
         meta = writer_metadata(REBUILD_WRITER, versions if last else None)
 
-        def write(table: str, first: bool = i == 0, out: Outputs = out, meta: dict[str, str] = meta) -> None:
+        def write(table: str, first: bool = i == 0, last: bool = last, out: Outputs = out,
+                  meta: dict[str, str] = meta) -> None:
+            data = out[table]
+            if table in STATE_TABLES and not last:
+                if not first:
+                    return  # the state is written once, by the last chunk
+                data = data.slice(0, 0)  # the old state goes; the commit marks a rebuild in progress
             lake.ensure(table)
             seq = (lake.last_batch_seq(table, REBUILD_WRITER) or 0) + 1
             mode = "append" if table in APPEND_TABLES and not first else "overwrite"
-            write_batch(out[table], lake, table, REBUILD_WRITER, seq, mode=mode, metadata=meta)
+            write_batch(data, lake, table, REBUILD_WRITER, seq, mode=mode, metadata=meta)
 
         write_tables(write)
         carry.advance(out)

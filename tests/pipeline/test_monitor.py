@@ -147,3 +147,35 @@ def test_monitor_output_without_its_checkpoint_asks_for_a_rebuild(spark: Any, tm
     drain_monitor(spark, lake, str(tmp_path / "ckpt"))
     with pytest.raises(UserError, match="run `zkledger rebuild`"):
         drain_monitor(spark, lake, str(tmp_path / "another-ckpt"))
+
+
+def test_an_interrupted_chunked_rebuild_leaves_no_state_and_no_monitor_start(spark: Any, tmp_path: Path) -> None:
+    import jobs._common as jobs_common
+    from zkledger.errors import UserError
+
+    rows = _history()
+    batch = _rebuilt(spark, tmp_path, rows)
+    lake = Lake(tmp_path / "lake", cluster="test")
+    lake.append("znode_events", rows, writer_id="t", batch_seq=1)
+    rebuild(spark, lake)  # a finished rebuild: its state is there
+    assert lake.row_count("partition_state") > 0
+    real, calls = jobs_common.run_increment, []
+
+    def failing_third_chunk(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("driver lost")  # the process dies in the middle of the rebuild
+        return real(*args, **kwargs)
+
+    jobs_common.run_increment = failing_third_chunk  # type: ignore[assignment]
+    try:
+        with pytest.raises(RuntimeError, match="driver lost"):
+            rebuild(spark, lake, chunk_rows=len(rows) // 4)
+    finally:
+        jobs_common.run_increment = real
+    assert lake.row_count("partition_state") == 0  # not the old rebuild's state next to new transitions
+    with pytest.raises(UserError, match="run `zkledger rebuild`"):
+        drain_monitor(spark, lake, str(tmp_path / "ckpt"))
+    rebuild(spark, lake, chunk_rows=len(rows) // 4)  # the rebuild run again ends as a whole one
+    for table in COMPARED:
+        assert _table(lake, table) == _table(batch, table), table
