@@ -153,6 +153,19 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
     return {rec: pa.concat_tables(tables) if len(tables) != 1 else tables[0] for rec, tables in parts.items()}
 
 
+PARTITION_NAMES = pa.array([str(x) for x in PARTITION_STATES_BY_CODE], pa.string())  # index = state code
+REPLICA_NAMES = pa.array([str(x) for x in REPLICA_STATES_BY_CODE], pa.string())
+
+
+def _state_codes(names: pa.Array, by_code: pa.Array) -> pa.Array:
+    """State codes of state names (null stays null); a name that is no state is a corrupt carried state."""
+    codes = pc.index_in(names, value_set=by_code)
+    if codes.null_count != names.null_count:
+        bad = names.filter(pc.and_(pc.is_null(codes), pc.is_valid(names)))
+        raise ValueError(f"carried state holds unknown state names: {sorted(set(bad.to_pylist()))[:5]}")
+    return codes
+
+
 class _FastFold:
     """One vectorised pass over rows of keys without deletions (``boundary`` marks each key's first row)."""
 
@@ -232,8 +245,9 @@ class _FastFold:
         """Each seed row's carried partition state code (P_NE elsewhere)."""
         codes = np.full(self.n, P_NE, np.int64)
         seeds = np.nonzero(self.is_seed)[0]
-        names = pc.take(self.rows["state"], pa.array(seeds, pa.int64())).to_pylist()
-        codes[seeds] = [PARTITION_CODES[PartitionState(s)] if s else P_NE for s in names]
+        names = pc.take(self.rows["state"], pa.array(seeds, pa.int64()))
+        codes[seeds] = pc.fill_null(_state_codes(pc.if_else(pc.equal(names, ""), None, names), PARTITION_NAMES),
+                                    P_NE).to_numpy(zero_copy_only=False)
         return codes
 
     # -- replica machine ----------------------------------------------------------------------------------
@@ -252,8 +266,8 @@ class _FastFold:
         # seeds: each carried replica's state as a constant map; not a step
         s_rows, s_rep, s_pos = self._explode("seed_replica_ids", self.is_seed)
         seed_names = pc.list_flatten(pc.take(self.rows["seed_replica_states"],
-                                             pa.array(np.nonzero(self.is_seed)[0], pa.int64()))).to_pylist()
-        seed_codes = np.array([REPLICA_CODES[ReplicaState(s)] for s in seed_names], np.int64)
+                                             pa.array(np.nonzero(self.is_seed)[0], pa.int64())))
+        seed_codes = _state_codes(seed_names, REPLICA_NAMES).to_numpy(zero_copy_only=False).astype(np.int64)
         a_rows, a_rep, a_pos = self._explode("replicas", self.is_assign)
         i_rows, i_rep, i_pos = self._explode("isr", self.is_write)
         o_rows, o_rep, o_pos = self._explode("isr", self.is_write, row_of=self.lw_before)
@@ -402,7 +416,7 @@ class _FastFold:
         return as_of, last_time
 
     def _partition_finals(self, final_codes: IntArray) -> pa.Table:
-        names = pa.array([str(x) for x in PARTITION_STATES_BY_CODE], pa.string())
+        names = PARTITION_NAMES
         cols = self._view_cols(self.key_last)
         cols["rec"] = pa.repeat(pa.scalar("ps"), len(self.key_last))
         cols["state"] = pc.take(names, pa.array(final_codes))
@@ -410,7 +424,7 @@ class _FastFold:
         return self._table(cols, len(self.key_last))
 
     def _replica_finals(self, rows: IntArray, replicas: IntArray, codes: IntArray) -> pa.Table:
-        names = pa.array([str(x) for x in REPLICA_STATES_BY_CODE], pa.string())
+        names = REPLICA_NAMES
         key_rows = self.key_last[self.key_of[rows]]
         order = np.lexsort((replicas, self.key_of[rows]))
         key_rows, replicas, codes = key_rows[order], replicas[order], codes[order]
