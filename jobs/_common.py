@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
@@ -94,9 +94,26 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
     ranges = _zxid_chunks(lake, versions["znode_events"], chunk_rows)
     carry = MonitorCarry.fresh(lake, _txnlog_range(lake, versions["znode_events"]))
     counts = dict.fromkeys(DERIVED_TABLES, 0)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rebuild-io") as io:
+        _rebuild_chunks(spark, lake, versions, ranges, carry, counts, io, local_max_rows)
+    return counts
+
+
+def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], ranges: list[Chunk], carry: MonitorCarry,
+                    counts: dict[str, int], io: ThreadPoolExecutor, local_max_rows: int) -> None:
+    """The chunks of ``rebuild``, with their I/O overlapped: while chunk i is computed, chunk i+1 is read and
+    chunk i-1's tables are written (delta-rs reads and writes outside the GIL, on the core the kernels leave);
+    chunk i's commits start only after chunk i-1's are done, so the commit order stays the chunk order."""
+    def read(chunk: Chunk) -> DataFrame | pa.Table:
+        return _znode_chunk(spark, lake, versions["znode_events"], chunk, local_max_rows)
+
+    reading = io.submit(read, ranges[0])
+    writing: Future[None] | None = None
     for i, chunk in enumerate(ranges):
         last = i == len(ranges) - 1
-        znodes = _znode_chunk(spark, lake, versions["znode_events"], chunk, local_max_rows)
+        znodes = reading.result()
+        if not last:
+            reading = io.submit(read, ranges[i + 1])
         decisions = _decision_rows(spark, lake, versions["controller_decisions"], local_max_rows, last)
         out = run_increment(spark, znodes, decisions, carry.carried, cluster=lake.cluster)
         meta = writer_metadata(REBUILD_WRITER, versions if last else None)
@@ -113,14 +130,17 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
             mode = "append" if table in APPEND_TABLES and not first else "overwrite"
             write_batch(data, lake, table, REBUILD_WRITER, seq, mode=mode, metadata=meta)
 
-        write_tables(write)
+        if writing is not None:
+            writing.result()  # the previous chunk is committed (or its error raised here)
+        writing = io.submit(write_tables, write)
         carry.advance(out)
         for table in DERIVED_TABLES:
             counts[table] = out[table].num_rows + (counts[table] if table in APPEND_TABLES else 0)
         if len(ranges) > 1:
             log.info("rebuild chunk %d/%d: zxid [%s, %s), %d bronze rows, %d metadata events", i + 1, len(ranges),
                      chunk[0], chunk[1], chunk[2], out["metadata_events"].num_rows)
-    return counts
+    if writing is not None:
+        writing.result()
 
 
 Chunk = tuple[int | None, int | None, int]
