@@ -59,16 +59,65 @@ def int_codes(col: pa.Array | pa.ChunkedArray) -> IntArray:
 
 def segmented_compose(funcs: npt.NDArray[np.int8], seg_start: IntArray) -> npt.NDArray[np.int8]:
     """``P[i] = funcs[i] ∘ … ∘ funcs[seg_start[i]]``: inclusive prefix composition of state maps per segment."""
-    out = funcs.copy()
-    pos = np.arange(len(funcs))
+    monoid = MapMonoid([tuple(int(x) for x in f) for f in np.unique(funcs, axis=0)])
+    ids = monoid.ids_of(funcs)
+    return monoid.maps[segmented_scan(ids, seg_start, monoid.comp)]
+
+
+class MapMonoid:
+    """Every state map reachable by composing the given ones, numbered, with the composition table.
+
+    A row's state map becomes one small int, and composing two is one table lookup: the prefix scan moves
+    ints, not rows of a (rows x states) matrix. The state machines' maps close quickly (tens of maps).
+    """
+
+    def __init__(self, generators: Sequence[tuple[int, ...]], limit: int = 4096) -> None:
+        k = len(generators[0])
+        maps: list[tuple[int, ...]] = [tuple(range(k))]
+        index = {maps[0]: 0}
+        for g in generators:
+            if g not in index:
+                index[g] = len(maps)
+                maps.append(g)
+        done = 0  # maps[:done] composed with every map before them, both ways
+        while done < len(maps):
+            for j in range(done + 1):
+                for a, b in ((maps[done], maps[j]), (maps[j], maps[done])):
+                    c = tuple(a[x] for x in b)  # a after b
+                    if c not in index:
+                        if len(maps) >= limit:
+                            raise ValueError(f"state maps do not close within {limit}")
+                        index[c] = len(maps)
+                        maps.append(c)
+            done += 1
+        self.index = index
+        self.maps = np.array(maps, np.int8)
+        self.comp = np.array([[index[tuple(a[x] for x in b)] for b in maps] for a in maps], np.int32)
+
+    def id_of(self, state_map: Sequence[int] | npt.NDArray[np.int8]) -> int:
+        return self.index[tuple(int(x) for x in state_map)]
+
+    def ids_of(self, funcs: npt.NDArray[np.int8]) -> npt.NDArray[np.int32]:
+        """The ids of a (rows x states) matrix of maps, each one of this monoid."""
+        unique, inverse = np.unique(funcs, axis=0, return_inverse=True)
+        return np.array([self.id_of(u) for u in unique], np.int32)[inverse.reshape(-1)]
+
+    def constants(self) -> npt.NDArray[np.int32]:
+        """Id of the constant map to each state, by state code (they must be generators or reachable)."""
+        k = self.maps.shape[1]
+        return np.array([self.id_of((s,) * k) for s in range(k)], np.int32)
+
+
+def segmented_scan(ids: npt.NDArray[np.int32], seg_start: IntArray, comp: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Inclusive prefix composition per segment over map ids (``comp[later, earlier]``), by doubling."""
+    out = ids.copy()
+    pos = np.arange(len(ids))
     d = 1
     while True:
         idx = pos[pos - d >= seg_start]
         if not len(idx):
             return out
-        # apply the earlier span first, then this one: new[i][s] = out[i][out[i-d][s]]
-        combined = np.take_along_axis(out[idx], out[idx - d].astype(np.int64), axis=1)
-        out[idx] = combined
+        out[idx] = comp[out[idx], out[idx - d]]  # the earlier span first, then this one
         d *= 2
 
 
@@ -108,6 +157,20 @@ class _Tables:
         self.r_assign = np.where(rs == R_NE, self.rm[R_NE, R_NEW], rs).astype(np.int8)
         self.r_in = np.where(rs == R_ON, rs, self.rm[:, R_ON]).astype(np.int8)
         self.r_out = np.where(rs == R_ON, self.rm[R_ON, R_OFF], rs).astype(np.int8)
+        # every map a row can carry (a seed is the constant map of its carried state), as monoid ids
+        self.pmon = MapMonoid([_t(m) for m in (self.p_assign, self.p_online, self.p_online_same, self.p_offline)]
+                              + [(s,) * len(ps) for s in range(len(ps))])
+        self.rmon = MapMonoid([_t(m) for m in (self.r_assign, self.r_in, self.r_out)]
+                              + [(s,) * len(rs) for s in range(len(rs))])
+        self.p_ids = {name: self.pmon.id_of(m) for name, m in (("assign", self.p_assign), ("online", self.p_online),
+                                                               ("online_same", self.p_online_same),
+                                                               ("offline", self.p_offline))}
+        self.r_ids = {name: self.rmon.id_of(m) for name, m in (("assign", self.r_assign), ("in", self.r_in),
+                                                               ("out", self.r_out))}
+
+
+def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
+    return tuple(int(x) for x in state_map)
 
 
 FOLD_RECORDS = ("pt", "rt", "w", "ps", "rs")  # the fold's record kinds (its ``rec`` column), in output order
@@ -216,16 +279,14 @@ class _FastFold:
         online = self.is_write & (self.leader >= 0)  # NaN compares False: a null leader is "no leader"
         offline = self.is_write & ~online
         same = online & (self.leader == prev_leader) & (self.epoch == prev_epoch)
-        ident = np.arange(len(t.pm), dtype=np.int8)
-        funcs = np.tile(ident, (n, 1))
-        funcs[self.is_assign] = t.p_assign
-        funcs[online & ~same] = t.p_online
-        funcs[online & same] = t.p_online_same
-        funcs[offline] = t.p_offline
+        ids = np.zeros(n, np.int32)  # the identity
+        ids[self.is_assign] = t.p_ids["assign"]
+        ids[online & ~same] = t.p_ids["online"]
+        ids[online & same] = t.p_ids["online_same"]
+        ids[offline] = t.p_ids["offline"]
         seed_state = self._seed_states()
-        funcs[self.is_seed] = seed_state[self.is_seed][:, None]  # a seed is the constant map of its state
-        prefix = segmented_compose(funcs, self.start)
-        after = prefix[:, P_NE].astype(np.int64)
+        ids[self.is_seed] = t.pmon.constants()[seed_state[self.is_seed]]  # a seed is the constant map of its state
+        after = t.pmon.maps[segmented_scan(ids, self.start, t.pmon.comp), P_NE].astype(np.int64)
         before = np.where(np.arange(n) > self.start, np.concatenate([[P_NE], after[:-1]]), P_NE)
         target = np.full(n, -1)
         target[self.is_assign & (before == P_NE)] = P_NEW
@@ -288,14 +349,12 @@ class _FastFold:
         if len(order) > 1:
             boundary[1:] = (self.key_of[row[1:]] != self.key_of[row[:-1]]) | (rep[1:] != rep[:-1])
         start = _segment_starts(boundary)
-        ident = np.arange(len(t.rm), dtype=np.int8)
-        funcs = np.tile(ident, (len(order), 1))
-        funcs[kind == 1] = t.r_assign
-        funcs[kind == 2] = t.r_in
-        funcs[kind == 3] = t.r_out
-        funcs[kind == 0] = seed_const[kind == 0][:, None]
-        prefix = segmented_compose(funcs, start) if len(order) else funcs
-        after = prefix[:, R_NE].astype(np.int64)
+        ids = np.zeros(len(order), np.int32)  # the identity
+        ids[kind == 1] = t.r_ids["assign"]
+        ids[kind == 2] = t.r_ids["in"]
+        ids[kind == 3] = t.r_ids["out"]
+        ids[kind == 0] = t.rmon.constants()[seed_const[kind == 0]]
+        after = t.rmon.maps[segmented_scan(ids, start, t.rmon.comp), R_NE].astype(np.int64)
         pos = np.arange(len(order))
         before = np.where(pos > start, np.concatenate([[R_NE], after[:-1]]) if len(after) else after, R_NE)
         target = np.full(len(order), -1)

@@ -133,6 +133,24 @@ def test_event_ids_match_the_model() -> None:
     assert got.to_pylist() == [step_id("e1", 0, "rt", 3), step_id("e2", 7, "rt", 0)]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 5).flatmap(lambda k: st.tuples(
+    st.lists(st.lists(st.integers(0, k - 1), min_size=k, max_size=k), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=40))))
+def test_segmented_compose_equals_applying_each_map_in_turn(case: tuple[list[list[int]], list[tuple[int, bool]]]) -> None:
+    generators, rows = case
+    k = len(generators[0])
+    funcs = np.array([generators[g % len(generators)] for g, _ in rows], np.int8)
+    boundary = np.array([True] + [new for _, new in rows[1:]])
+    starts = np.maximum.accumulate(np.where(boundary, np.arange(len(rows)), 0))
+    prefix = segmented_compose(funcs, starts)
+    for state in range(k):  # every start state, applied row by row and restarted at each segment
+        current = state
+        for i, f in enumerate(funcs):
+            current = int(f[state if boundary[i] else current])
+            assert prefix[i, state] == current
+
+
 def test_segmented_compose_restarts_at_each_segment() -> None:
     swap = np.array([1, 0], np.int8)
     funcs = np.tile(swap, (5, 1))
