@@ -26,11 +26,13 @@ def metadata_event_ids(cluster: pa.Array, zxid: pa.Array, path: pa.Array, op: pa
     """Vectorised ``models.ids.metadata_event_id`` (``seq`` 0 when not given): one sha1 per distinct znode."""
     znode = pc.binary_join_element_wise(*(pc.fill_null(pc.cast(p, pa.string()), "") for p in (cluster, path, op)),
                                         _ID_SEP)
-    distinct = pc.unique(znode)
-    hashes = pa.array([_znode_hash(s) for s in distinct.to_pylist()], pa.string())
+    encoded = pc.dictionary_encode(znode)  # the distinct znodes and each row's, in one hash pass
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    hashes = pa.array([_znode_hash(s) for s in encoded.dictionary.to_pylist()], pa.string())
     seq_text = pa.scalar("0") if seq is None else pc.cast(seq, pa.string())
     return pc.binary_join_element_wise(pc.fill_null(pc.cast(zxid, pa.string()), ""),
-                                       pc.take(hashes, pc.index_in(znode, distinct)), seq_text, "-")
+                                       pc.take(hashes, encoded.indices), seq_text, "-")
 
 
 _ZNODE_HASHES: dict[str, str] = {}  # a cluster has a bounded set of znodes: successive batches reuse the hashes

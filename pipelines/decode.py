@@ -187,7 +187,8 @@ def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[p
     """
     if batch.num_rows == 0:
         return None, batch
-    m = pc.extract_regex(batch["path"], _STATE_PATH)
+    paths = pc.dictionary_encode(batch["path"])  # a znode is written many times: match each path once
+    m = pc.take(pc.extract_regex(paths.dictionary, _STATE_PATH), paths.indices)
     topic, part_text = pc.struct_field(m, "topic"), pc.struct_field(m, "partition")
     candidate = pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array(["CREATE", "SET"]))),
                         pc.is_valid(batch["data"]))
