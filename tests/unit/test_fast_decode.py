@@ -97,15 +97,21 @@ def test_fast_and_row_decode_agree(batch: pa.RecordBatch) -> None:
     assert _canon(got) == _canon(expected)
 
 
-def test_fast_path_takes_valid_state_writes_only() -> None:
-    ok = encode_partition_state(1, 0, 1, [1, 2], "2.4")
+def _batch(changes: list[tuple[int, str, str, bytes | None]]) -> pa.RecordBatch:
+    """Bronze txnlog rows of (zxid, path, op, data)."""
     rows = [{f.name: None for f in BRONZE} | {"cluster": "c", "zxid": z, "path": p, "op": op, "data": d,
                                               "source": "txnlog", "observed_at": T0, "event_id": str(z)}
-            for z, p, op, d in [(1, "/brokers/topics/t/partitions/0/state", "CREATE", ok),
-                                (2, "/brokers/topics/t/partitions/0/state", "SET", b"{oops"),
-                                (3, "/brokers/topics/t/partitions/0/state", "DELETE", None),
-                                (4, "/controller", "SET", ok)]]
-    fast, rest = fast_state_writes(pa.RecordBatch.from_pylist(rows, schema=BRONZE), _arrow_out_schema())
+            for z, p, op, d in changes]
+    return pa.RecordBatch.from_pylist(rows, schema=BRONZE)
+
+
+def test_fast_path_takes_valid_state_writes_only() -> None:
+    ok = encode_partition_state(1, 0, 1, [1, 2], "2.4")
+    batch = _batch([(1, "/brokers/topics/t/partitions/0/state", "CREATE", ok),
+                    (2, "/brokers/topics/t/partitions/0/state", "SET", b"{oops"),
+                    (3, "/brokers/topics/t/partitions/0/state", "DELETE", None),
+                    (4, "/controller", "SET", ok)])
+    fast, rest = fast_state_writes(batch, _arrow_out_schema())
     assert fast is not None and fast.column("zxid").to_pylist() == [1]
     assert fast.column("detail").to_pylist() == ['{"created": true}']
     assert rest.column("zxid").to_pylist() == [2, 3, 4]
@@ -113,13 +119,11 @@ def test_fast_path_takes_valid_state_writes_only() -> None:
 
 def test_fast_path_fans_out_valid_topic_assignments_only() -> None:
     ok = encode_topic_assignment({1: [2, 3], 0: [1, 2]}, "2.4", adding={1: [3]})
-    rows = [{f.name: None for f in BRONZE} | {"cluster": "c", "zxid": z, "path": p, "op": op, "data": d,
-                                              "source": "txnlog", "observed_at": T0, "event_id": str(z)}
-            for z, p, op, d in [(1, "/brokers/topics/t", "CREATE", ok),
-                                (2, "/brokers/topics/t", "SET", b'{"version":1,"partitions":{"0":[1,true]}}'),
-                                (3, "/brokers/topics/t", "DELETE", None),
-                                (4, "/brokers/topics/t/partitions/0/state", "SET", ok)]]
-    fast, rest = fast_topic_assignments(pa.RecordBatch.from_pylist(rows, schema=BRONZE), _arrow_out_schema())
+    batch = _batch([(1, "/brokers/topics/t", "CREATE", ok),
+                    (2, "/brokers/topics/t", "SET", b'{"version":1,"partitions":{"0":[1,true]}}'),
+                    (3, "/brokers/topics/t", "DELETE", None),
+                    (4, "/brokers/topics/t/partitions/0/state", "SET", ok)])
+    fast, rest = fast_topic_assignments(batch, _arrow_out_schema())
     assert fast is not None
     assert fast.select(["zxid", "topic", "partition", "replicas", "_seq"]).to_pylist() == [
         {"zxid": 1, "topic": "t", "partition": 0, "replicas": [1, 2], "_seq": 0},
