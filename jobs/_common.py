@@ -27,7 +27,7 @@ from jobs._monitor_start import (
     plan_monitor_start,
     writer_metadata,
 )
-from lakehouse.delta_source import commit_manifest, manifest_rows, read_manifest
+from lakehouse.delta_source import commit_manifest, data_file_rows, read_data_files
 from lakehouse.spark_io import (
     COMMIT_COLUMNS,
     drain_available_now,
@@ -367,7 +367,7 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     A replayed batch whose state tables are committed is skipped; a partly committed one is recomputed
     (same inputs -> same rows and ids) and the per-table app transaction drops what was already written.
     The app-transaction version is ``batch_base + batch_id`` (a new checkpoint continues the numbering).
-    A batch of at most ``local_max_rows`` rows is collected once and computed in this process.
+    A batch of at most ``local_max_rows`` rows is read and computed in this process, a larger one by Spark.
     """
     batch_id += batch_base
     carry = carry or MonitorCarry(lake)
@@ -419,9 +419,9 @@ def _commit_inputs(spark: SparkSession, lake: Lake, commits: pa.Table, after_ver
         mine = commits.filter(pc.equal(commits["_src"], tag))
         pairs = zip(mine[COMMIT_COLUMNS[0]].to_pylist(), mine[COMMIT_COLUMNS[1]].to_pylist(), strict=True)
         files[table] = commit_manifest(lake.table_path(table), pairs, after_versions.get(table, -1))
-    rows = sum(manifest_rows(f) for f in files.values()) if local_max_rows > 0 else None
+    rows = sum(data_file_rows(f) for f in files.values()) if local_max_rows > 0 else None
     if rows is not None and rows <= local_max_rows:
-        return read_manifest("znode_events", files["znode_events"]), read_manifest(
+        return read_data_files("znode_events", files["znode_events"]), read_data_files(
             "controller_decisions", files["controller_decisions"])
     return (read_files_frame(spark, "znode_events", files["znode_events"]),
             read_files_frame(spark, "controller_decisions", files["controller_decisions"]))

@@ -2,15 +2,15 @@
 
 Offsets are Delta table versions: ``{"version": v, "table": name}`` means "every version <= v of that table has
 been emitted" (the name makes a query's progress and checkpoint readable per source; older offsets without it
-are read the same way). A
-micro-batch ``(start, end]`` reads the Parquet files that the commits ``start+1 .. end`` added
-(``add`` actions with ``dataChange=true`` in ``_delta_log/<v>.json``, the Delta protocol's commit files),
-so each row of an append-only table is emitted exactly once.
+are read the same way). A micro-batch ``(start, end]`` reads the Parquet files that the commits
+``start+1 .. end`` added (``add`` actions with ``dataChange=true`` in ``_delta_log/<v>.json``, the Delta
+protocol's commit files), so each row of an append-only table is emitted exactly once. A commit that removes
+data (overwrite, delete, merge) cannot be expressed as new rows: the source refuses it with a clear error.
+Compaction (``optimize``: remove+add with ``dataChange=false``) is skipped.
 
 The monitor streams the commit files themselves instead (``spark_io.stream_commits``, Spark's own file source
-over ``_delta_log``) and reads the added files with ``commit_manifest`` + ``read_manifest``: no Python worker. A commit that removes data (overwrite,
-delete, merge) cannot be expressed as new rows: the source refuses it with a clear error. Compaction
-(``optimize``: remove+add with ``dataChange=false``) is skipped.
+over ``_delta_log``) and reads the added files with ``commit_manifest`` + ``read_data_files``: no Python worker,
+the same refusal of commits that remove data.
 """
 
 from __future__ import annotations
@@ -244,12 +244,12 @@ class DeltaVersionSource(DataSource):
         return str(value)
 
 
-def read_manifest(table: str, files: Sequence[str]) -> pa.Table:
+def read_data_files(table: str, files: Sequence[str]) -> pa.Table:
     """The rows of these data files, in this order, in the spec's columns (what the rows stream would give)."""
     parts = [conform_file(table, pq.read_table(f)) for f in files]
     return pa.concat_tables(parts) if parts else arrow_schema(table).empty_table()
 
 
-def manifest_rows(files: Sequence[str]) -> int:
+def data_file_rows(files: Sequence[str]) -> int:
     """Rows in these Parquet files, from their footers."""
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)

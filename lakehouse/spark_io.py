@@ -62,11 +62,7 @@ def read_table(
     if _needs_delta_rs_scan(snap):
         # Partition values / deletion vectors / column mapping are not in the Parquet files themselves.
         return spark.createDataFrame(lake.conform_read(table, snap.to_pyarrow_table()), schema=schema)
-    files = snap.file_uris()
-    if not files:
-        return _empty_frame(spark, schema)
-    # Spark's own Parquet reader with the spec schema: columns missing from older files read as null.
-    return spark.read.schema(schema).parquet(*files)
+    return read_files_frame(spark, table, snap.file_uris())
 
 
 def _empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -187,7 +183,8 @@ def supports_commit_stream(spark: SparkSession) -> bool:
 
 
 def read_files_frame(spark: SparkSession, table: str, files: Sequence[str]) -> DataFrame:
-    """Data files of a table as a DataFrame, read by Spark's own Parquet reader with the spec schema."""
+    """Data files of a table as a DataFrame, read by Spark's own Parquet reader with the spec schema (columns
+    missing from older files read as null)."""
     schema = spark_schema(table, nullable=True)
     if not files:
         return _empty_frame(spark, schema)

@@ -16,7 +16,7 @@ from lakehouse.delta_source import (
     added_files,
     commit_manifest,
     group_files,
-    read_manifest,
+    read_data_files,
 )
 
 sizes = st.lists(st.integers(min_value=0, max_value=100), max_size=30)
@@ -58,7 +58,7 @@ def test_commit_manifest_lists_added_files_in_version_order_after_a_version(tmp_
     every = commit_manifest(path, reversed(lines))  # the order rows arrive in does not matter
     assert every == [f for v in (1, 2, 3) for f, _ in added_files(path, v)]
     assert commit_manifest(path, lines, after_version=2) == [f for f, _ in added_files(path, 3)]
-    assert read_manifest("znode_events", every).num_rows == lake.row_count("znode_events")
+    assert read_data_files("znode_events", every).num_rows == lake.row_count("znode_events")
 
 
 def test_commit_manifest_refuses_a_commit_that_removes_data(tmp_path: Path) -> None:
