@@ -40,7 +40,16 @@ from lakehouse.spark_io import (
 )
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
-from pipelines.engine import APPEND_TABLES, DERIVED_TABLES, Carried, Outputs, empty_carried, run_increment
+from pipelines.decode import decode_table
+from pipelines.engine import (
+    APPEND_TABLES,
+    DERIVED_TABLES,
+    Carried,
+    Outputs,
+    committed_txnlog_range,
+    empty_carried,
+    run_increment,
+)
 from pipelines.parallel import use_system_allocator
 
 if TYPE_CHECKING:
@@ -104,18 +113,23 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
     """The chunks of ``rebuild``, with their I/O overlapped: while chunk i is computed, chunk i+1 is read and
     chunk i-1's tables are written (delta-rs reads and writes outside the GIL, on the core the kernels leave);
     chunk i's commits start only after chunk i-1's are done, so the commit order stays the chunk order."""
-    def read(chunk: Chunk) -> DataFrame | pa.Table:
-        return _znode_chunk(spark, lake, versions["znode_events"], chunk, local_max_rows)
+    # the whole history's txnlog range (MonitorCarry.fresh): what every chunk's decode uses, so the next chunk
+    # can be decoded ahead, before this one's state is known (decode is row-local)
+    committed = committed_txnlog_range(carry.carried)
+
+    def read(chunk: Chunk) -> tuple[DataFrame | pa.Table, pa.Table | None]:
+        znodes = _znode_chunk(spark, lake, versions["znode_events"], chunk, local_max_rows)
+        return znodes, decode_table(znodes, committed) if isinstance(znodes, pa.Table) else None
 
     reading = io.submit(read, ranges[0])
     writing: Future[None] | None = None
     for i, chunk in enumerate(ranges):
         last = i == len(ranges) - 1
-        znodes = reading.result()
+        znodes, decoded = reading.result()
         if not last:
             reading = io.submit(read, ranges[i + 1])
         decisions = _decision_rows(spark, lake, versions["controller_decisions"], local_max_rows, last)
-        out = run_increment(spark, znodes, decisions, carry.carried, cluster=lake.cluster)
+        out = run_increment(spark, znodes, decisions, carry.carried, cluster=lake.cluster, decoded=decoded)
         meta = writer_metadata(REBUILD_WRITER, versions if last else None)
 
         def write(table: str, first: bool = i == 0, last: bool = last, out: Outputs = out,

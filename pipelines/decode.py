@@ -353,9 +353,13 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
         group = np.stack([sub[k].to_numpy() for k in ("c", "z", "p", "o")], axis=1)
         first = np.concatenate([[True], (group[1:] != group[:-1]).any(axis=1)])
         keep[sub["at"].to_numpy()[~first]] = False  # the best source, then the earliest observation wins
-    if in_order and keep.all():
+    if keep.all():
         return kept
-    return kept.take(pa.array(order[keep], pa.int64()))
+    # the kept rows stay in their input order: a chunk a row or two out of zxid order is not re-sorted whole
+    # (the fold orders its own rows)
+    kept_at = np.ones(n, bool)
+    kept_at[order[~keep]] = False
+    return kept.filter(pa.array(kept_at))
 
 
 def decode_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:

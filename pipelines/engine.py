@@ -115,9 +115,17 @@ def empty_carried() -> Carried:
                    empty=True)
 
 
+def committed_txnlog_range(carried: Carried) -> tuple[int, int] | None:
+    """The txnlog's delivered zxid range known to the carried state (decode drops watch rows inside it)."""
+    if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None:
+        return None
+    return carried.txnlog_min_zxid, carried.txnlog_max_zxid
+
+
 def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decisions: DataFrame | pa.Table,
                   carried: Carried, *, cluster: str, kafka_version: str = DEFAULT_KAFKA_VERSION,
-                  no_controller_threshold: timedelta = DEFAULT_NO_CONTROLLER_THRESHOLD) -> Outputs:
+                  no_controller_threshold: timedelta = DEFAULT_NO_CONTROLLER_THRESHOLD,
+                  decoded: pa.Table | None = None) -> Outputs:
     """Every derived table for one increment (deterministic: same inputs and carried state -> same rows).
 
     Given DataFrames, decode and the keyed fold run in Spark (``mapInArrow`` over key buckets), once each, and
@@ -125,11 +133,14 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     the same kernels run in this process: a Spark job costs ~0.3 s even when tiny, which is what a 1 s
     monitor trigger cannot afford. Everything after the fold (controller timeline, detectors, table shaping)
     runs on the driver over the Arrow results, which the delta-rs writes need there anyway.
+    ``decoded``: the Arrow ``znode_events`` already through ``decode_table(znode_events,
+    committed_txnlog_range(carried))``, by a caller that decodes ahead (the rebuild, while the chunk before folds).
     """
-    committed = None if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None \
-        else (carried.txnlog_min_zxid, carried.txnlog_max_zxid)
+    committed = committed_txnlog_range(carried)
     decoded_df: DataFrame | None = None
-    if isinstance(znode_events, pa.Table):
+    if decoded is not None:
+        pass
+    elif isinstance(znode_events, pa.Table):
         decoded = decode_table(znode_events, committed)
     else:
         # cached: the driver collects it for the output tables and the fold reads it again in the JVM
@@ -352,10 +363,11 @@ def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: Global
                          seed_replica_ids=pc.take(grouped["replica_list"], at),
                          seed_replica_states=pc.take(grouped["state_list"], at))
     rows = pa.concat_tables([events, seed_rows])
-    order, key_starts = _fold_order(rows)
-    rows = rows.take(order)
+    order, key = _fold_order(rows)
+    rows = rows.take(pa.array(order, pa.int64()))  # one gather: the fold then reads runs of adjacent rows
     # keys are independent: fold runs of whole keys on every core (numpy and Arrow release the GIL), as
     # Spark folds buckets; smaller runs also stay in cache
+    key_starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
     cuts = _cuts(key_starts, rows.num_rows, LOCAL_FOLD_CHUNK_ROWS)
     runs = [rows.slice(a, b - a) for a, b in pairwise(cuts)]
     folded = parallel_map(lambda run: fold_parts(run, ctx, kafka_version), runs)
@@ -365,21 +377,26 @@ def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: Global
 LOCAL_FOLD_CHUNK_ROWS = 250_000
 
 
-def _fold_order(rows: pa.Table) -> tuple[pa.Array, npt.NDArray[np.int64]]:
-    """(row order of the fold: by key, then FOLD_ORDER; the sorted positions where a key starts).
+def _fold_order(rows: pa.Table) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(row order of the fold: by key, then FOLD_ORDER; each ordered row's key code).
 
-    Keys need only be contiguous (each is folded alone), so topics sort by an int code; event_id, a string,
-    only breaks ties, which are rare: then Arrow sorts everything.
+    Keys need only be contiguous (each is folded alone), so a key is one int: the topic's code (first
+    appearance, not collation) and the partition. event_id, a string, only breaks ties, which are rare: then
+    Arrow sorts everything.
     """
-    codes = [int_codes(rows[c]) for c in FOLD_ORDER[:-1]]
-    order = np.lexsort(codes[::-1])
-    ordered = np.stack([c[order] for c in codes], axis=1)
-    if len(order) > 1 and (ordered[1:] == ordered[:-1]).all(axis=1).any():
+    topic = pc.dictionary_encode(rows["topic"].combine_chunks())
+    topic_code = pc.fill_null(topic.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    partition = pc.fill_null(rows["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    key = (topic_code << 32) | (partition & 0xFFFF_FFFF)  # a null topic or partition is a code of its own
+    rest = [int_codes(rows[c]) for c in FOLD_ORDER[2:-1]]  # ord, zxid, _seq
+    order = np.lexsort([*rest[::-1], key])
+    ordered = [key[order], *(c[order] for c in rest)]
+    tie = np.ones(max(len(order) - 1, 0), bool)
+    for c in ordered:
+        tie &= c[1:] == c[:-1]
+    if tie.any():
         order = pc.sort_indices(rows, [(c, "ascending", "at_start") for c in FOLD_ORDER]).to_numpy()
-        ordered = np.stack([c[order] for c in codes[:2]], axis=1)
-    new_key = np.ones(len(order), bool)
-    new_key[1:] = (ordered[1:, :2] != ordered[:-1, :2]).any(axis=1)
-    return pa.array(order, pa.int64()), np.nonzero(new_key)[0]
+    return order, key[order]
 
 
 def _cuts(key_starts: npt.NDArray[np.int64], n: int, chunk_rows: int) -> list[int]:
