@@ -24,6 +24,7 @@ from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
 from pipelines.arrow_ids import event_ids
 from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
+from pipelines.parallel import parallel_map
 from pipelines.schemas import arrow_schema
 
 K = AnomalyKind
@@ -260,7 +261,10 @@ GAP_COLUMNS = ("cluster", "zxid", "path", "missed_versions", "source", "observed
 
 
 def write_anomalies(writes: pa.Table) -> pa.Table:
-    return concat([det(writes) for det in WRITE_DETECTORS])
+    if writes.num_rows < 100_000:
+        return concat([det(writes) for det in WRITE_DETECTORS])
+    # independent column kernels over a million rows at a storm or a rebuild chunk: one per core
+    return concat(parallel_map(lambda det: det(writes), WRITE_DETECTORS))
 
 
 def decision_anomalies(decisions: pa.Table, zk_writes: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:

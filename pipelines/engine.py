@@ -252,16 +252,27 @@ def _global_rows(meta: pa.Table) -> list[dict[str, Any]]:
     return rows
 
 
-def _key_of(table: pa.Table) -> pa.Array:
-    """(topic, partition) as one string per row, for membership tests (Arrow joins refuse list columns)."""
-    return pc.binary_join_element_wise(table["topic"], pc.cast(table["partition"], pa.string()), "\x1f")
+def _key_codes(*tables: pa.Table) -> list[pa.Array]:
+    """(topic, partition) of each table's rows as one int64 per row, equal for equal keys across ``tables``.
+
+    For membership tests (Arrow joins refuse list columns): a topic code and the partition packed in an int,
+    not a "topic|partition" string built per row.
+    """
+    topics = pc.unique(pa.chunked_array([c for t in tables for c in t["topic"].cast(pa.string()).chunks], pa.string()))
+    out = []
+    for t in tables:
+        code = pc.fill_null(pc.index_in(t["topic"], value_set=topics), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        part = pc.fill_null(t["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        out.append(pa.array((code << 32) | (part & 0xFFFF_FFFF), pa.int64()))
+    return out
 
 
 def _merge_state(carried: pa.Table, new: pa.Table) -> pa.Table:
     """Carried state rows of untouched keys + the fold's new rows for touched keys (on the driver)."""
     if carried.num_rows == 0:
         return new
-    kept = carried.filter(pc.invert(pc.is_in(_key_of(carried), pc.unique(_key_of(new)))))
+    carried_keys, new_keys = _key_codes(carried, new)
+    kept = carried.filter(pc.invert(pc.is_in(carried_keys, pc.unique(new_keys))))
     target = carried.schema
     return pa.concat_tables([kept.select(target.names).cast(target), new.select(target.names).cast(target)])
 
@@ -272,14 +283,15 @@ def _touched_state(carried: Carried, meta_t: pa.Table) -> tuple[pa.Table, pa.Tab
     if ps.num_rows == 0 and rs.num_rows == 0:
         return ps, rs
     keyed = meta_t.filter(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)))
-    keys = pc.unique(_key_of(keyed.filter(pc.is_valid(keyed["partition"]))))
+    keyed_keys, ps_keys, rs_keys = _key_codes(keyed.filter(pc.is_valid(keyed["partition"])), ps, rs)
+    keys = pc.unique(keyed_keys)
     deleted = pc.unique(keyed.filter(pc.and_(pc.equal(keyed["type"], "TOPIC_DELETED"),
                                              pc.is_null(keyed["partition"])))["topic"])
 
-    def subset(state: pa.Table) -> pa.Table:
-        return state.filter(pc.or_(pc.is_in(_key_of(state), keys), pc.is_in(state["topic"], deleted)))
+    def subset(state: pa.Table, state_keys: pa.Array) -> pa.Table:
+        return state.filter(pc.or_(pc.is_in(state_keys, keys), pc.is_in(state["topic"], deleted)))
 
-    return subset(ps), subset(rs)
+    return subset(ps, ps_keys), subset(rs, rs_keys)
 
 
 def _dedupe(tbl: pa.Table) -> pa.Table:
@@ -352,12 +364,13 @@ def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: Global
     fanned = [{**e, "partition": p, "_seq": e["_seq"] + TOPIC_FANOUT_SEQ}
               for e in deleted.to_pylist() for p in sorted(known.get(e["topic"], ()))]
     events = pa.concat_tables([_conform(keyed, schema, ord=1), _conform(pa.Table.from_pylist(fanned), schema, ord=1)])
-    touched = pc.unique(_key_of(events))
-    seeds = carried_ps.filter(pc.is_in(_key_of(carried_ps), touched))
     reps = carried_rs.sort_by([("topic", "ascending"), ("partition", "ascending"), ("replica", "ascending"),
                                ("state", "ascending")])
     grouped = reps.group_by(["topic", "partition"], use_threads=False).aggregate([("replica", "list"), ("state", "list")])
-    at = pc.index_in(_key_of(seeds), _key_of(grouped))
+    event_keys, carried_keys, grouped_keys = _key_codes(events, carried_ps, grouped)
+    is_seed = pc.is_in(carried_keys, pc.unique(event_keys))
+    seeds = carried_ps.filter(is_seed)
+    at = pc.index_in(carried_keys.filter(is_seed), grouped_keys)
     seed_rows = _conform(seeds.rename_columns(["zxid" if c == "as_of_zxid" else c for c in seeds.column_names]), schema,
                          ord=0, type=SEED, event_id="", _seq=0,
                          seed_replica_ids=pc.take(grouped["replica_list"], at),
