@@ -110,7 +110,7 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
 
 def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], ranges: list[Chunk], carry: MonitorCarry,
                     counts: dict[str, int], io: ThreadPoolExecutor, local_max_rows: int) -> None:
-    """The chunks of ``rebuild``, with their I/O overlapped: while chunk i is computed, chunk i+1 is read and
+    """The chunks of ``rebuild``, overlapped: while chunk i folds, chunk i+1 is read and decoded and
     chunk i-1's tables are written (delta-rs reads and writes outside the GIL, on the core the kernels leave);
     chunk i's commits start only after chunk i-1's are done, so the commit order stays the chunk order."""
     # the whole history's txnlog range (MonitorCarry.fresh): what every chunk's decode uses, so the next chunk

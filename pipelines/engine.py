@@ -138,11 +138,9 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     """
     committed = committed_txnlog_range(carried)
     decoded_df: DataFrame | None = None
-    if decoded is not None:
-        pass
-    elif isinstance(znode_events, pa.Table):
+    if decoded is None and isinstance(znode_events, pa.Table):
         decoded = decode_table(znode_events, committed)
-    else:
+    elif decoded is None:
         # cached: the driver collects it for the output tables and the fold reads it again in the JVM
         decoded_df = decoded_znode_events(znode_events, committed).cache()
         decoded = decoded_df.toArrow()
@@ -258,13 +256,14 @@ def _key_codes(*tables: pa.Table) -> list[pa.Array]:
     For membership tests (Arrow joins refuse list columns): a topic code and the partition packed in an int,
     not a "topic|partition" string built per row.
     """
-    topics = pc.unique(pa.chunked_array([c for t in tables for c in t["topic"].cast(pa.string()).chunks], pa.string()))
-    out = []
-    for t in tables:
-        code = pc.fill_null(pc.index_in(t["topic"], value_set=topics), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        part = pc.fill_null(t["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        out.append(pa.array((code << 32) | (part & 0xFFFF_FFFF), pa.int64()))
-    return out
+    topics = pa.chunked_array([c for t in tables for c in t["topic"].cast(pa.string()).chunks], pa.string())
+    code = pc.fill_null(pc.dictionary_encode(topics.combine_chunks()).indices, -1).to_numpy(
+        zero_copy_only=False).astype(np.int64)  # one hash pass over every table's topics; a null is -1
+    part = np.concatenate([pc.fill_null(t["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
+                           for t in tables]) if tables else np.zeros(0, np.int64)
+    packed = (code << 32) | (part & 0xFFFF_FFFF)
+    bounds = np.cumsum([t.num_rows for t in tables])[:-1]
+    return [pa.array(k, pa.int64()) for k in np.split(packed, bounds)]
 
 
 def _merge_state(carried: pa.Table, new: pa.Table) -> pa.Table:
@@ -397,10 +396,7 @@ def _fold_order(rows: pa.Table) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.i
     appearance, not collation) and the partition. event_id, a string, only breaks ties, which are rare: then
     Arrow sorts everything.
     """
-    topic = pc.dictionary_encode(rows["topic"].combine_chunks())
-    topic_code = pc.fill_null(topic.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    partition = pc.fill_null(rows["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    key = (topic_code << 32) | (partition & 0xFFFF_FFFF)  # a null topic or partition is a code of its own
+    key = _key_codes(rows)[0].to_numpy()
     rest = [int_codes(rows[c]) for c in FOLD_ORDER[2:-1]]  # ord, zxid, _seq
     order = np.lexsort([*rest[::-1], key])
     ordered = [key[order], *(c[order] for c in rest)]
