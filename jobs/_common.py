@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -27,7 +28,8 @@ from jobs._monitor_start import (
     plan_monitor_start,
     writer_metadata,
 )
-from lakehouse.delta_source import commit_manifest, data_file_rows, read_data_files
+from lakehouse.arrow_schema import arrow_schema
+from lakehouse.delta_source import commit_manifest, conform_file, data_file_rows, read_data_files
 from lakehouse.spark_io import (
     COMMIT_COLUMNS,
     drain_available_now,
@@ -117,8 +119,10 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
     # can be decoded ahead, before this one's state is known (decode is row-local)
     committed = committed_txnlog_range(carry.carried)
 
+    chunks = ZnodeChunks(spark, lake, versions["znode_events"], local_max_rows)
+
     def read(chunk: Chunk) -> tuple[DataFrame | pa.Table, pa.Table | None]:
-        znodes = _znode_chunk(spark, lake, versions["znode_events"], chunk, local_max_rows)
+        znodes = chunks.read(chunk)
         return znodes, decode_table(znodes, committed) if isinstance(znodes, pa.Table) else None
 
     reading = io.submit(read, ranges[0])
@@ -187,26 +191,80 @@ def _txnlog_range(lake: Lake, version: int) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def _znode_chunk(spark: SparkSession, lake: Lake, version: int, chunk: Chunk, local_max_rows: int) -> DataFrame | pa.Table:
-    """The chunk's bronze znode rows: read with delta-rs when small enough to compute here, else a DataFrame."""
-    import pyarrow.dataset as ds
+class ZnodeChunks:
+    """The bronze znode rows of consecutive rebuild chunks: read with delta-rs when a chunk is small enough to
+    compute here, else as a DataFrame.
 
-    lo, hi, rows = chunk
-    if rows <= local_max_rows:
-        zxid = ds.field("zxid")
-        where = None
+    Read each data file once: a chunk takes the files whose zxid range (the Delta log's statistics) meets
+    its own, and a file that reaches into the next chunk is kept for it. A filtered scan per chunk read every
+    file a cut passes through twice and evaluated the filter on every row (10 M bronze rows in 1 M chunks:
+    16.6 CPU-s of reads, against 5.9 for the whole table at once). Chunks must be read in zxid order.
+    """
+
+    def __init__(self, spark: SparkSession | None, lake: Lake, version: int, local_max_rows: int) -> None:
+        self.spark, self.lake, self.version, self.local_max_rows = spark, lake, version, local_max_rows
+        self.spans = lake.file_spans("znode_events", "zxid", version)
+        self._kept: dict[str, pa.Table] = {}  # files read for a chunk that reach into the next one
+
+    def read(self, chunk: Chunk) -> DataFrame | pa.Table:
+        lo, hi, rows = chunk
+        if rows > self.local_max_rows:
+            return self._frame(lo, hi)
+        if self.spans is None:
+            return self._scan(lo, hi)
+        parts, kept = [], {}
+        for span in self.spans:
+            has_nulls = lo is None and span.nulls > 0  # rows without a zxid go with the first chunk
+            in_range = (span.low is not None and span.high is not None and (lo is None or span.high >= lo)
+                        and (hi is None or span.low < hi))
+            if not (has_nulls or in_range):
+                continue
+            data = self._kept.get(span.path)
+            if data is None:
+                data = conform_file("znode_events", pq.read_table(span.path))
+            if hi is not None and span.high is not None and span.high >= hi:
+                kept[span.path] = data
+            whole = ((lo is None or (span.low is not None and span.low >= lo and span.nulls == 0))
+                     and (hi is None or (span.high is not None and span.high < hi)))
+            parts.append(data if whole else _zxid_rows(data, lo, hi))
+        self._kept = kept
+        data = pa.concat_tables(parts) if parts else arrow_schema("znode_events").empty_table()
+        return self.lake.conform_read("znode_events", data)
+
+    def _scan(self, lo: int | None, hi: int | None) -> pa.Table:
+        where = None if lo is None and hi is None else _zxid_where(lo, hi)
+        return self.lake.conform_read("znode_events", self.lake.scan("znode_events", where=where,
+                                                                     version=self.version))
+
+    def _frame(self, lo: int | None, hi: int | None) -> DataFrame:
+        assert self.spark is not None, "a chunk above local_max_rows needs a Spark session"
+        df = read_or_empty(self.spark, self.lake, "znode_events", self.version)
         if lo is not None:
-            where = zxid >= lo
+            df = df.filter(F.col("zxid") >= lo)
         if hi is not None:
-            below = (zxid < hi) | ~zxid.is_valid() if lo is None else zxid < hi
-            where = below if where is None else where & below
-        return lake.conform_read("znode_events", lake.scan("znode_events", where=where, version=version))
-    df = read_or_empty(spark, lake, "znode_events", version)
-    if lo is not None:
-        df = df.filter(F.col("zxid") >= lo)
-    if hi is not None:
-        df = df.filter((F.col("zxid") < hi) | F.col("zxid").isNull() if lo is None else F.col("zxid") < hi)
-    return df
+            df = df.filter((F.col("zxid") < hi) | F.col("zxid").isNull() if lo is None else F.col("zxid") < hi)
+        return df
+
+
+def _zxid_rows(data: pa.Table, lo: int | None, hi: int | None) -> pa.Table:
+    """The rows of ``data`` in [lo, hi) (with the null zxids when lo is None): a zero-copy slice when the
+    zxids are in order (as collectors write them), else a filter, which copies every column."""
+    zxid = data.column("zxid")
+    if zxid.null_count == 0:
+        values = zxid.to_numpy()
+        if len(values) < 2 or bool(np.all(values[1:] >= values[:-1])):
+            start = 0 if lo is None else int(np.searchsorted(values, lo, "left"))
+            stop = len(values) if hi is None else int(np.searchsorted(values, hi, "left"))
+            return data.slice(start, max(stop - start, 0))
+    return data.filter(_zxid_where(lo, hi))
+
+
+def _zxid_where(lo: int | None, hi: int | None) -> pc.Expression:
+    """[lo, hi) of zxid, both ends set or one; an open low end also takes the rows without a zxid."""
+    zxid = pc.field("zxid")
+    if lo is None:
+        return (zxid < hi) | zxid.is_null()
+    return zxid >= lo if hi is None else (zxid >= lo) & (zxid < hi)
 
 
 def _decision_rows(spark: SparkSession, lake: Lake, version: int, local_max_rows: int,

@@ -16,9 +16,11 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -36,6 +38,17 @@ CRASH_ENV = "ZKLEDGER_LAKE_CRASH"
 SIGKILL itself at that point of that batch, to prove restart idempotence with a real crash."""
 
 _COMMIT_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """One data file of a table version and one int column's statistics in the Delta log."""
+
+    path: str  # absolute
+    rows: int
+    nulls: int  # rows where the column is null
+    low: int | None  # the column's min and max (None: the file has no non-null value)
+    high: int | None
 
 
 def crash_point(stage: str, batch_seq: int) -> None:
@@ -239,6 +252,28 @@ class Lake:
             with self._current(table) as dt:
                 return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
         return self._load(table, version).to_pyarrow_dataset().to_table(columns=columns, filter=where)
+
+    def file_spans(self, table: str, column: str, version: int | None = None) -> list[FileSpan] | None:
+        """The table's data files (at a version) with ``column``'s range, from the Delta log: no data is read.
+        None when the files cannot be read one by one on that basis (a file without statistics for the
+        column, or deletion vectors)."""
+        if self.version(table) is None:
+            return []
+        dt = self._load(table, version)
+        if "deletionVectors" in (dt.protocol().reader_features or []):
+            return None
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        needed = ("path", "num_records", f"null_count.{column}", f"min.{column}", f"max.{column}")
+        if any(name not in actions.column_names for name in needed):
+            return None
+        spans = []
+        for path, rows, nulls, low, high in zip(*(actions.column(name).to_pylist() for name in needed), strict=True):
+            if rows is None or nulls is None or (nulls < rows and (low is None or high is None)):
+                return None  # no statistics for this file
+            absolute = (unquote(urlparse(path).path) if "://" in path
+                        else os.path.join(self.table_path(table), unquote(path)))
+            spans.append(FileSpan(absolute, rows, nulls, low, high))
+        return spans
 
     def snapshot(self, table: str, version: int | None = None, as_of: datetime | None = None) -> DeltaTable:
         """A delta-rs DeltaTable pinned to a version or a time (time travel)."""
