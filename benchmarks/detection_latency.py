@@ -1,10 +1,11 @@
 """Detection latency: ZooKeeper write of a zombie controller -> its anomaly row committed in Delta.
 
-    python -m benchmarks.detection_latency [--duration 60] [--rate 2000] [--zombies 10] [--partitions 2000]
+    python -m benchmarks.detection_latency [--duration 60] [--rate 2000] [--zombies 20] [--partitions 2000]
+        [--collector txnlog|watch]
 
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (controller epoch 2, brokers 1..3, topics with partition
-state znodes). Running as users run them: `zkledger collect zk` (the watch collector) and `zkledger monitor
---trigger 1`. A writer makes steady partition-state changes at --rate writes/s (kazoo async sets, current
+state znodes). Running as users run them: `zkledger collect txnlog --follow` (or `collect zk`, the watch
+collector, with --collector watch) and `zkledger monitor --trigger 1`. A writer makes steady partition-state changes at --rate writes/s (kazoo async sets, current
 controller_epoch, leader moves with a leader_epoch bump) and injects --zombies zombie writes (controller_epoch 1
 < current, with a leader_epoch bump) on partitions the steady writer leaves alone (a one-shot watch only
 delivers a znode's latest version, so a zombie overwritten before the re-read would never reach bronze). The anomalies table is polled with delta-rs every --poll seconds from a thread
@@ -207,14 +208,14 @@ def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
     p.add_argument("--duration", type=float, default=60.0, help="seconds of steady writes (default 60)")
     p.add_argument("--rate", type=int, default=2000, help="partition-state writes per second (default 2000)")
-    p.add_argument("--zombies", type=int, default=10, help="zombie writes injected (default 10)")
+    p.add_argument("--zombies", type=int, default=20, help="zombie writes injected (default 20)")
     p.add_argument("--partitions", type=int, default=2000, help="partition state znodes (default 2000)")
     p.add_argument("--warmup", type=float, default=45.0, help="seconds for collector+monitor to start (default 45)")
     p.add_argument("--drain", type=float, default=120.0, help="max seconds to wait for detections (default 120)")
     p.add_argument("--poll", type=float, default=0.25, help="anomalies poll interval in seconds (default 0.25)")
-    p.add_argument("--collector", choices=("watch", "txnlog"), default="watch",
-                   help="`collect zk` (live watches; lossy under load, reports what it missed) or `collect txnlog "
-                        "--follow` (ZooKeeper's transaction log, lossless; default watch)")
+    p.add_argument("--collector", choices=("watch", "txnlog"), default="txnlog",
+                   help="`collect txnlog --follow` (ZooKeeper's transaction log, lossless; default) or `collect zk` "
+                        "(live watches; lossy under load, reports what it missed)")
     return p
 
 

@@ -186,8 +186,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
     p.add_argument("--partitions", type=int, default=200_000, help="partitions in the storm (default 200,000)")
-    p.add_argument("--baseline-partitions", type=int, default=5_000,
-                   help="keys the naive baseline is measured on (extrapolated per key; default 5,000)")
+    p.add_argument("--baseline-partitions", type=int, default=1_000,
+                   help="keys the naive baseline is measured on (extrapolated per key; default 1,000)")
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
     p.add_argument("--repeat", type=int, default=3, help="monitor runs, each on a fresh copy; the median counts (default 3)")
     p.add_argument("--local-max-rows", type=int, default=None,

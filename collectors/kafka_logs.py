@@ -9,7 +9,9 @@ Lines are parsed by ``collectors.log_parser`` (pure). This module does the file 
   rotated file apart from the new file created at the same path.
 * ``follow=True`` tails the files; rotation (rename to ``.1`` + new file) is seen as an inode
   change: the old handle is read to its end, then the new file is read from line 1.
-  copytruncate rotation (same inode, size shrinks) is not supported: the generation is finished.
+  copytruncate rotation (same inode, the file shrinks) is refused with ``TruncatedLogError``: the new
+  content would reuse the old generation's line numbers, so its lines could be neither resumed nor
+  told apart. Rotate by rename (log4j's own appenders do).
 * unparseable WARN/ERROR lines go to ``quarantine`` (source ``logs``, ref ``<file>:<line>``).
 """
 
@@ -82,6 +84,14 @@ def quarantine_row(rej: RejectedLine, cluster: str, source_file: str, observed_a
             "ref": ref, "event_id": event_id(cluster, SOURCE, ref, rej.reason)}
 
 
+class TruncatedLogError(RuntimeError):
+    """A log file was truncated in place (copytruncate): its new lines cannot be resumed or told apart."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"{path}: {why}; copytruncate rotation is not supported, rotate logs by rename "
+                         "(log4j's RollingFileAppender / DailyRollingFileAppender)")
+
+
 class FileTail:
     """One generation (inode) of one log file, read incrementally and committed idempotently."""
 
@@ -106,6 +116,8 @@ class FileTail:
         while self.line_no < self.committed:
             pos = self.fh.tell()
             line = self.fh.readline()
+            if not line:  # the file ends before the lines already collected from it
+                raise TruncatedLogError(self.path, f"{self.line_no} lines, but {self.committed} were collected")
             if not line.endswith(b"\n"):
                 self.fh.seek(pos)
                 break
@@ -172,12 +184,16 @@ class FileTail:
         self._rejected = [r for r in self._rejected if r.line_no > boundary]
 
     def rotated(self) -> bool:
-        """True when the path now names another file (rename rotation) or the file shrank."""
+        """True when the path now names another file (rename rotation)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return False  # renamed away and not yet re-created: keep reading the old handle
-        return st.st_ino != self.inode or st.st_size < self.fh.tell()
+        return st.st_ino != self.inode
+
+    def truncated(self) -> bool:
+        """True when the file this tail reads shrank below what was read (copytruncate)."""
+        return os.fstat(self.fh.fileno()).st_size < self.fh.tell()
 
 
 def collect_logs(
@@ -209,6 +225,8 @@ def collect_logs(
                     stats["files"] += 1
             for key, tail in list(tails.items()):
                 tail.pump(final=not follow)
+                if follow and tail.truncated():
+                    raise TruncatedLogError(tail.path, "it shrank under the collector")
                 if follow and tail.rotated():
                     tail.pump(final=True)  # finish the old generation through its handle
                     tail.close()

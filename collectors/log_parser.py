@@ -28,7 +28,6 @@ from models.states import PartitionState, ReplicaState
 
 MAX_MESSAGE_CHARS = 8000  # a runaway stack trace must not make one row megabytes long
 
-_LEVELS = {"TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL"}
 _TS = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[,.]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 _LEVEL = r"TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL"
 # [2019-08-12 10:00:00,123] INFO msg (logger)   -- log4j "[%d] %p %m (%c)%n"
@@ -762,6 +761,7 @@ class LogParser:
 
     def __init__(self) -> None:
         self._pending: ParsedRecord | None = None
+        self._pending_line = ""  # the open record's first line, for its quarantine row
         self.stats: Counter[str] = Counter()
 
     @property
@@ -776,6 +776,7 @@ class LogParser:
         if header is not None:
             out.extend(self.flush())
             self._pending = parse_message(header, line_no)
+            self._pending_line = line
             self.stats["records"] += 1
             if not header.complete:
                 self.stats["cut"] += 1
@@ -811,7 +812,25 @@ class LogParser:
         if self._pending is None:
             return []
         rec, self._pending = self._pending, None
+        problem = _out_of_range(rec)
+        if problem is not None:  # not something Kafka logs, and it would not fit the table's int columns
+            self.stats["quarantined"] += 1
+            return [RejectedLine(rec.line_no, self._pending_line, problem)]
         return [rec]
+
+
+_INT32_FIELDS = ("controller_id", "controller_epoch", "broker_id", "partition", "replica", "leader", "leader_epoch")
+
+
+def _out_of_range(rec: ParsedRecord) -> str | None:
+    """Why ``rec`` holds a number no Kafka id or epoch can be (they are Java ints), if it does."""
+    for name in _INT32_FIELDS:
+        value = getattr(rec, name)
+        if value is not None and not -(2**31) <= value < 2**31:
+            return f"{name} {value} is outside Kafka's 32-bit range"
+    if rec.isr and not (-(2**31) <= min(rec.isr) and max(rec.isr) < 2**31):
+        return f"isr {rec.isr} has a broker id outside Kafka's 32-bit range"
+    return None
 
 
 def parse_lines(lines: Iterable[str], first_line_no: int = 1) -> tuple[list[ParsedRecord], list[RejectedLine], Counter[str]]:

@@ -26,7 +26,7 @@ import re
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import Any
 from collectors.bronze import BronzeWriter, LakeLike, change_row
 from collectors.jute import JuteError, JuteReader
 from models.events import Source, ZnodeChange, ZnodeOp
+from models.ids import event_id
 
 log = logging.getLogger(__name__)
 
@@ -499,22 +500,6 @@ class TxnDecoder:
 # --------------------------------------------------------------------------- whole directories
 
 
-def iter_changes(data_dir: str | os.PathLike[str], chroot: str = "") -> Iterator[tuple[int, list[ZnodeChange]]]:
-    """(zxid, changes) for every txn of a data dir, in log order; snapshot-seeded when logs were purged."""
-    dec = TxnDecoder(chroot=chroot)
-    start = 0
-    snap = choose_base_snapshot(data_dir)
-    if snap is not None:
-        yield snap.zxid, dec.seed(snap)
-        start = snap.zxid
-    for _first, p in log_files(data_dir):
-        res = read_log(p)
-        for e in res.entries:
-            changes = dec.apply(e)
-            if e.header.zxid > start:
-                yield e.header.zxid, changes
-
-
 def choose_base_snapshot(data_dir: str | os.PathLike[str]) -> Snapshot | None:
     """The snapshot to start from when the logs before it were purged (None when logs start at zxid 1).
 
@@ -545,6 +530,7 @@ class _FileCursor:
     offset: int = 0
     done: bool = False
     reason: str = ""
+    last_zxid: int | None = None  # of the last entry read from the file
 
 
 class TxnLogCollector:
@@ -582,6 +568,8 @@ class TxnLogCollector:
         self._pending_zxid = -1
         self._floor = -1  # txns at or below this zxid are already in the lake
         self._started = False
+        self.gaps = 0  # lost stretches of a log reported (GAP row + quarantine row each)
+        self.quarantine = BronzeWriter(lake, f"{self.writer.writer_id}:lost", table="quarantine")
 
     @property
     def last_zxid(self) -> int | None:
@@ -601,8 +589,8 @@ class TxnLogCollector:
             "events": self.writer.rows_written,
             "batches": self.writer.batches_written,
             "last_zxid": self.last_zxid,
-            "gaps": 0,
-            "quarantined": 0,
+            "gaps": self.gaps,
+            "quarantined": self.quarantine.rows_written,
             "stopped": list(self.stopped),
         }
 
@@ -612,11 +600,12 @@ class TxnLogCollector:
         if not self._started:
             self._start()
         files = log_files(self.data_dir)
-        for i, (_first, path) in enumerate(files):
+        for i, (first, path) in enumerate(files):
             cur = self.cursors.setdefault(path, _FileCursor())
             if cur.done:
                 continue
-            self._read_file(path, cur, is_last=i == len(files) - 1)
+            next_first = files[i + 1][0] if i + 1 < len(files) else None
+            self._read_file(path, cur, first, next_first)
         self._flush()
         return self.writer.rows_written - before
 
@@ -632,11 +621,13 @@ class TxnLogCollector:
             log.info("txnlog %s: starting from snapshot.%x (%d znodes)", self.data_dir, snap.zxid, len(rows))
         self._started = True
 
-    def _read_file(self, path: Path, cur: _FileCursor, is_last: bool) -> None:
+    def _read_file(self, path: Path, cur: _FileCursor, first: int, next_first: int | None) -> None:
+        """Read what is new in one log (named after its ``first`` zxid); ``next_first``: the next log's."""
         res = read_log(path, cur.offset)
         for entry in res.entries:
             changes = self.decoder.apply(entry)
             zxid = entry.header.zxid
+            cur.last_zxid = zxid
             if zxid <= self._floor or not changes:
                 continue
             if len(self._pending) >= self.batch_size:
@@ -648,7 +639,34 @@ class TxnLogCollector:
             cur.reason = res.reason
             self.stopped.append(f"{path.name}: {res.reason}")
         # a newer log exists, so this one is complete (ZooKeeper rolls logs, never appends to old ones)
-        cur.done = not is_last
+        cur.done = next_first is not None
+        if next_first is not None and not res.clean:
+            self._lost_tail(path, cur, res, first, next_first)
+
+    def _lost_tail(self, path: Path, cur: _FileCursor, res: LogReadResult, first: int, next_first: int) -> None:
+        """A finished log that could not be read to its end: the transactions between its last readable
+        entry and the next log's first are lost. Say so in the lake, where the pipeline sees it: a GAP row
+        (a COLLECTION_GAP anomaly) and the unreadable bytes in quarantine."""
+        first_lost = first if cur.last_zxid is None else cur.last_zxid + 1
+        if first_lost >= next_first:
+            return  # only bytes after the file's last transaction (the next log starts right after it)
+        if first_lost <= self._floor:
+            return  # reported by an earlier run
+        self._flush()
+        with open(path, "rb") as f:
+            f.seek(res.end_offset)
+            head = f.read(64)
+        detail = (f"{path.name}: {res.reason}; transactions {first_lost:#x}..{next_first - 1:#x} are lost "
+                  f"(bytes from offset {res.end_offset} unreadable)")
+        ref = f"{path.name}:{res.end_offset}"
+        source = str(Source.TXNLOG)
+        self.quarantine.write([{"cluster": self.lake.cluster, "source": source, "raw": head.hex(), "reason": detail,
+                                "observed_at": datetime.now(UTC), "ref": ref,
+                                "event_id": event_id(self.lake.cluster, source, ref, detail)}], batch_seq=first_lost)
+        self._pending.append(self._row(ZnodeChange(zxid=first_lost, path="/", op=ZnodeOp.GAP, detail=detail)))
+        self._pending_zxid = first_lost
+        self.gaps += 1
+        self._flush()
 
     def _row(self, change: ZnodeChange) -> dict[str, object]:
         return change_row(change, cluster=self.lake.cluster, source=Source.TXNLOG)

@@ -63,17 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def job_args(argv: Sequence[str] | None, description: str) -> argparse.Namespace:
-    """--conf/--lake/--cluster, as the CLI's global options."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--conf", default=None, help="TOML settings file")
-    p.add_argument("--lake", default=None, help="root of the Delta tables")
-    p.add_argument("--cluster", default=None, help="cluster name")
-    p.add_argument("--trigger", type=float, default=None, help="monitor: seconds between micro-batches")
-    p.add_argument("--available-now", action="store_true", help="monitor: process what is there, then stop")
-    return p.parse_args(argv)
-
-
 def read_or_empty(spark: SparkSession, lake: Lake, table: str, version: int | None = None) -> DataFrame:
     lake.ensure(table)
     return read_table(spark, lake, table, version=version)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from conf.settings import load_settings
+from jobs._args import job_parser
 from lakehouse import Lake
 from zkledger.quality import run_quality
 from zkledger.spark import build_spark
@@ -22,10 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Great Expectations suites over the lake's tables")
-    p.add_argument("--conf", default=None, help="TOML settings file")
-    p.add_argument("--lake", default=None, help="root of the Delta tables")
-    p.add_argument("--cluster", default=None, help="cluster name")
+    p = job_parser("Great Expectations suites over the lake's tables")
     p.add_argument("--table", action="append", default=None, help="check only this table (repeatable)")
     p.add_argument("--kafka-version", default=None, help="Kafka version for replica legality")
     return p.parse_args(argv)

@@ -8,24 +8,38 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from jobs._common import drain_monitor, job_args, job_context, start_monitor
+from jobs._args import job_parser
+from jobs._common import drain_monitor, job_context, start_monitor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = job_args(argv, "Run the pipeline as a Structured Streaming query.")
+    parser = job_parser("Run the pipeline as a Structured Streaming query (what `zkledger monitor` runs).")
+    parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None,
+                        help="micro-batch interval (default: [streaming] trigger_seconds in the settings)")
+    parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    parser.add_argument("--webhook", metavar="URL", default=None,
+                        help="also POST each new anomaly as JSON to URL (default: settings monitor.webhook)")
+    parser.add_argument("--quality", action="store_true",
+                        help="run the quality suites on each micro-batch (default: settings monitor.quality_each_batch)")
+    args = parser.parse_args(argv)
     settings, lake = job_context(args)
     from zkledger.alerts import AnomalyAlerter
     from zkledger.spark import build_spark
 
-    alerter = AnomalyAlerter(settings.monitor.webhook or None)
+    alerter = AnomalyAlerter(args.webhook or settings.monitor.webhook or None)
+    quality = args.quality or settings.monitor.quality_each_batch
     root = settings.streaming.checkpoint_root or os.path.join(settings.lake.root, "_checkpoints")
     spark, checkpoint = build_spark(settings, "zkledger-monitor"), os.path.join(root, "monitor")
-    if args.available_now:
-        drain_monitor(spark, lake, checkpoint, publish=alerter.publish, local_max_rows=settings.pipeline.local_max_rows)
-    else:
-        start_monitor(spark, lake, checkpoint, trigger_seconds=args.trigger or settings.streaming.trigger_seconds,
-                      publish=alerter.publish, local_max_rows=settings.pipeline.local_max_rows).awaitTermination()
-    alerter.close()
+    try:
+        if args.available_now:
+            drain_monitor(spark, lake, checkpoint, publish=alerter.publish, quality=quality,
+                          local_max_rows=settings.pipeline.local_max_rows)
+        else:
+            trigger = args.trigger if args.trigger is not None else settings.streaming.trigger_seconds
+            start_monitor(spark, lake, checkpoint, trigger_seconds=trigger, publish=alerter.publish, quality=quality,
+                          local_max_rows=settings.pipeline.local_max_rows).awaitTermination()
+    finally:
+        alerter.close()
     return 0
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from jobs._common import job_args, job_context, rebuild
+from jobs._args import job_parser
+from jobs._common import job_context, rebuild
 
 log = logging.getLogger(__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = job_args(argv, "Rebuild every derived table from the bronze tables.")
+    args = job_parser("Rebuild every derived table from the bronze tables.").parse_args(argv)
     settings, lake = job_context(args)
     from zkledger.spark import build_spark
 

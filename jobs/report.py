@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from conf.settings import load_settings
+from jobs._args import job_parser
 from lakehouse import Lake
 from zkledger.report import write_report
 
@@ -18,10 +19,7 @@ log = logging.getLogger(__name__)
 
 
 def _args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="write the zkledger HTML report")
-    p.add_argument("--conf", default=None, help="TOML settings file")
-    p.add_argument("--lake", default=None, help="root of the Delta tables")
-    p.add_argument("--cluster", default=None, help="cluster name")
+    p = job_parser("Write the zkledger HTML report.")
     p.add_argument("--out", required=True, help="where to write the report (FILE.html)")
     return p.parse_args(argv)
 

@@ -284,4 +284,3 @@ ALL_TABLES: Final[dict[str, TableSpec]] = {
     )
 }
 
-BRONZE_TABLES: Final = ("znode_events", "controller_decisions", "quarantine")

@@ -225,7 +225,6 @@ LEADER_NONE: Final = -1  # no leader: the partition is offline (I5)
 LEADER_DURING_DELETE: Final = -2  # only inside UpdateMetadata requests, never in ZK (CCM@3.8.0 l477)
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
-LEADER_RECOVERING: Final = 1  # leader_recovery_state RECOVERING (KIP-704, 3.2+)
 
 
 class _Bad(Exception):
@@ -327,6 +326,8 @@ def _json_object(data: bytes | None) -> dict[str, Any]:
         obj = json.loads(text, object_pairs_hook=_dict_no_dupes, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise _Bad(f"bad JSON: {e.msg} at {e.pos}") from e
+    except RecursionError:
+        raise _Bad("bad JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise _Bad(f"JSON payload must be an object, got {type(obj).__name__}")
     return obj
@@ -415,8 +416,8 @@ _DECIMAL = re.compile(r"\d+")
 def _replica_map(name: str, raw: Mapping[str, Any]) -> dict[int, tuple[int, ...]]:
     out: dict[int, tuple[int, ...]] = {}
     for key, replicas in raw.items():
-        if not _DECIMAL.fullmatch(key):
-            raise _Bad(f"{name}: partition key must be a non-negative integer string, got {key!r}")
+        if not _DECIMAL.fullmatch(key) or int(key) > INT32_MAX:
+            raise _Bad(f"{name}: partition key must be a non-negative 32-bit integer string, got {key!r}")
         # JSON yields exact lists and ints (or bools): the exact-type test is the common, cheap case
         if type(replicas) is not list or not all(type(r) is int for r in replicas):
             _check_type(f"{name}[{key}]", "int_list", replicas)
@@ -737,9 +738,28 @@ def decode(
             return session
         version = parse_kafka_version(kafka_version_hint) if kafka_version_hint else None
         ctx = _Ctx(change, info, version, strip_chroot(change.path, chroot))
-        return _DECODERS.get(info.kind, _decode_other)(ctx)
+        events = _DECODERS.get(info.kind, _decode_other)(ctx)
+        for event in events:
+            _check_int32(event)
+        return events
     except _Bad as e:
         raise MalformedZnodeError(change.path, change.zxid, str(e)) from None
+
+
+_INT32_FIELDS: Final = ("partition", "broker", "controller_id", "controller_epoch", "leader", "leader_epoch",
+                        "zk_version")
+
+
+def _check_int32(event: MetadataEvent) -> None:
+    """Kafka's ids and epochs are Java ints (the metadata_events columns too): a larger number is not Kafka's."""
+    for name in _INT32_FIELDS:
+        value = getattr(event, name)
+        if value is not None and not INT32_MIN <= value <= INT32_MAX:
+            raise _Bad(f"{name} {value} is outside Kafka's 32-bit range")
+    for name in ("isr", "replicas"):
+        values = getattr(event, name)
+        if values and not (INT32_MIN <= min(values) and max(values) <= INT32_MAX):
+            raise _Bad(f"{name} {list(values)} has a broker id outside Kafka's 32-bit range")
 
 
 # ----------------------------------------------------------------------------------------- encoders

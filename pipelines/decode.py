@@ -128,21 +128,37 @@ def quarantine_row(cluster: str, row: dict[str, Any], reason: str) -> dict[str, 
     }
 
 
-def decode_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Decode bronze rows with the shared codec; malformed payloads become quarantine rows."""
+def decode_row(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One bronze row decoded with the shared codec: its metadata rows, or one quarantine row."""
     from models.errors import MalformedZnodeError
     from models.znode_codec import decode
 
-    out: list[dict[str, Any]] = []
-    for row in rows:
-        cluster = row["cluster"]
-        try:
-            events = decode(_change_of(row))
-        except (MalformedZnodeError, ValueError) as exc:
-            out.append(quarantine_row(cluster, row, str(exc) or type(exc).__name__))
-            continue
-        out.extend(metadata_row(cluster, row, i, ev) for i, ev in enumerate(events))
-    return out
+    cluster = row["cluster"]
+    try:
+        events = decode(_change_of(row))
+    except (MalformedZnodeError, ValueError) as exc:
+        return [quarantine_row(cluster, row, str(exc) or type(exc).__name__)]
+    return [metadata_row(cluster, row, i, ev) for i, ev in enumerate(events)]
+
+
+_UNFIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError)
+
+
+def decoded_batch(rows: list[dict[str, Any]], arrow_schema: pa.Schema) -> pa.RecordBatch:
+    """``rows`` decoded, as Arrow. A row whose events still do not fit the output columns (a value the codec
+    let through) is quarantined with Arrow's reason instead of failing the batch, and every later run on it."""
+    groups = [decode_row(row) for row in rows]
+    try:
+        return pa.RecordBatch.from_pylist([r for g in groups for r in g], schema=arrow_schema)
+    except _UNFIT:
+        fitted: list[dict[str, Any]] = []
+        for row, group in zip(rows, groups, strict=True):
+            try:
+                pa.RecordBatch.from_pylist(group, schema=arrow_schema)
+            except _UNFIT as exc:
+                group = [quarantine_row(row["cluster"], row, f"does not fit metadata_events: {exc}")]
+            fitted.extend(group)
+        return pa.RecordBatch.from_pylist(fitted, schema=arrow_schema)
 
 
 def _decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -153,9 +169,8 @@ def _decode_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatc
         for fast in (states, topics):
             if fast is not None:
                 yield from fast.to_batches()
-        rows = decode_rows(rest.to_pylist())
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+        if rest.num_rows:
+            yield decoded_batch(rest.to_pylist(), arrow_schema)
 
 
 # -- vectorised path for partition state writes (nearly every bronze row of a real cluster) ------------------
@@ -180,9 +195,9 @@ def _payload_verdicts(unique: list[bytes]) -> list[PartitionStatePayload | None]
 
 
 def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[pa.Table | None, pa.RecordBatch]:
-    """(decoded rows of the valid partition state writes in ``batch``, the other rows for ``decode_rows``).
+    """(decoded rows of the valid partition state writes in ``batch``, the other rows for ``decode_row``).
 
-    Exactly what ``decode_rows`` yields for those rows (``tests/unit/test_fast_decode.py``): the codec validates
+    Exactly what ``decode_row`` yields for those rows (``tests/unit/test_fast_decode.py``): the codec validates
     each DISTINCT payload once (``partition_state_payload``), everything per row is an Arrow kernel.
     """
     if batch.num_rows == 0:
@@ -239,12 +254,12 @@ _TOPIC_PATH = PATH_PATTERNS[PathKind.TOPIC]
 
 
 def fast_topic_assignments(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[pa.Table | None, pa.RecordBatch]:
-    """(decoded rows of the valid topic assignments in ``batch``, the other rows for ``decode_rows``).
+    """(decoded rows of the valid topic assignments in ``batch``, the other rows for ``decode_row``).
 
     A topic's assignment fans out into one PARTITION_ASSIGNED event per partition (a cluster's creation is
     one such row per topic, thousands of events each). The codec validates each payload
     (``topic_assignment``); the per-event columns are built whole, not as one dict per event. Exactly what
-    ``decode_rows`` yields for those rows (``tests/unit/test_fast_decode.py``).
+    ``decode_row`` yields for those rows (``tests/unit/test_fast_decode.py``).
     """
     if batch.num_rows == 0:
         return None, batch
@@ -260,8 +275,8 @@ def fast_topic_assignments(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tu
         try:
             a = topic_assignment(data)
         except ValueError:
-            continue  # decode_rows quarantines it, with the codec's message
-        if a.partitions:  # an empty assignment is one partition-less event: left to decode_rows
+            continue  # decode_row quarantines it, with the codec's message
+        if a.partitions:  # an empty assignment is one partition-less event: left to decode_row
             taken.append(row)
             assignments.append(a)
     if not taken:
@@ -386,15 +401,3 @@ def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:
                "q_ref": "ref"}
     q = q.select(list(q.schema.names)).rename_columns([renamed.get(n, n) for n in q.schema.names])
     return meta, q.select(list(QUARANTINE.column_names))
-
-
-def decode_znode_events(df: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(metadata_events, quarantine) from bronze znode_events, after source dedupe."""
-    decoded = decoded_znode_events(df)
-    meta = decoded.filter("_ok").select(*METADATA_EVENTS.column_names, "_seq")
-    quarantine = decoded.filter("NOT _ok").select(
-        "cluster", F.col("q_source").alias("source"), F.col("q_raw").alias("raw"),
-        F.col("q_reason").alias("reason"), F.col("q_observed_at").alias("observed_at"),
-        F.col("q_ref").alias("ref"), "event_id",
-    )
-    return meta, quarantine.select(*QUARANTINE.column_names)

@@ -244,15 +244,19 @@ def detect_split_brain(terms: pa.Table) -> pa.Table:
                                      f"term:{r['other_id']}:{r['other_epoch']}"])
 
 
-def detect_collection_gaps(znode_gaps: pa.Table, txnlog_max_zxid: int | None = None) -> pa.Table:
+def detect_collection_gaps(znode_gaps: pa.Table,
+                           txnlog_range: tuple[int | None, int | None] = (None, None)) -> pa.Table:
     """znode rows whose collector saw a version jump (missed_versions > 0).
 
-    Not when the txnlog collector has delivered that zxid (``txnlog_max_zxid`` >= it): the lossless history
-    is in the lake, so the watch's gap lost nothing.
+    Not when the txnlog collector has delivered that zxid (``txnlog_range``, its lowest and highest delivered
+    zxid, holds it): the lossless history is in the lake, so the watch's gap lost nothing.
     """
     bad = pc.greater(znode_gaps["missed_versions"], 0)
-    if txnlog_max_zxid is not None:
-        bad = pc.and_kleene(bad, pc.greater(znode_gaps["zxid"], txnlog_max_zxid))
+    lo, hi = txnlog_range
+    if lo is not None and hi is not None:
+        zxid = znode_gaps["zxid"]
+        covered = pc.and_kleene(pc.greater_equal(zxid, lo), pc.less_equal(zxid, hi))
+        bad = pc.and_kleene(bad, pc.invert(covered))  # no zxid: not reported beside a txnlog, as before
     return shape(znode_gaps, bad, K.COLLECTION_GAP, ("path", "missed_versions", "source"), time_column="observed_at")
 
 

@@ -154,7 +154,8 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
             meta_t = meta_t.filter(pc.invert(known))
             meta = None if meta is None else meta.filter(~F.col("event_id").isin(sorted(committed_ids)))
     txn_lo, txn_hi = _txnlog_bounds(znode_events)
-    txn_max = max([v for v in (txn_hi, carried.txnlog_max_zxid) if v is not None], default=None)
+    txn_range = (min([v for v in (txn_lo, carried.txnlog_min_zxid) if v is not None], default=None),
+                 max([v for v in (txn_hi, carried.txnlog_max_zxid) if v is not None], default=None))
 
     global_rows = _global_rows(meta_t)
     increment_ids = {r["event_id"] for r in global_rows}
@@ -182,9 +183,9 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     tenure_t = pa.concat_tables([zk_terms_t, log_terms_t.cast(zk_terms_t.schema)])
 
     global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
-                    if a["_trigger"] in increment_ids and not _covered_gap(a, txn_max)]
+                    if a["_trigger"] in increment_ids and not _covered_gap(a, txn_range)]
     parts = [D.detect_illegal_transitions(pt_t, rt_t), D.write_anomalies(writes_t),
-             D.detect_collection_gaps(_gap_rows(znode_events), txn_max)]
+             D.detect_collection_gaps(_gap_rows(znode_events), txn_range)]
     if dec_t.num_rows:
         zk_writes = writes_t.select(list(_ZK_WRITE_COLUMNS))
         if carried.zk_writes is not None:  # only the partitions the logs speak about
@@ -322,12 +323,14 @@ def _gap_rows(znode_events: DataFrame | pa.Table) -> pa.Table:
     return znode_events.filter(F.col("missed_versions") > 0).select(*D.GAP_COLUMNS).toArrow()
 
 
-def _covered_gap(anomaly: dict[str, Any], txn_max: int | None) -> bool:
-    """A watch collector's gap is noise when the txnlog has delivered that zxid (it holds the lossless history)."""
-    if anomaly["kind"] != "COLLECTION_GAP" or txn_max is None or anomaly.get("zxid") is None:
+def _covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | None]) -> bool:
+    """A watch collector's gap is noise when the txnlog has delivered that zxid (it holds the lossless history
+    between the lowest and the highest zxid it delivered; below, its files were purged or not yet read)."""
+    lo, hi = txn_range
+    if anomaly["kind"] != "COLLECTION_GAP" or lo is None or hi is None or anomaly.get("zxid") is None:
         return False
     inner = json.loads(json.loads(anomaly["details"]).get("detail") or "{}")
-    return inner.get("source") != "txnlog" and bool(anomaly["zxid"] <= txn_max)
+    return inner.get("source") != "txnlog" and lo <= int(anomaly["zxid"]) <= hi
 
 
 FOLD_INPUT = T.StructType([

@@ -3,7 +3,7 @@
 ``fold_bucket`` walks rows already sorted by (topic, partition, ord, zxid, seq) - one Spark partition of
 keys - and carries each key's view (state, leader, ISR, replicas, replica states) from its seed row (the
 carried ``partition_state``/``replica_state``) through the increment's events. The step rule comes from
-``models.states`` via ``transition_matrix``: an illegal step is emitted as a row with ``legal=False`` and
+``models.states`` via ``step_table``: an illegal step is emitted as a row with ``legal=False`` and
 leaves the state unchanged (Kafka 1.1+ logs and skips it). Inference of targets (kafka-zk-metadata.md §2):
 
 * partition: assignment of an unknown partition -> NewPartition; state write with leader >= 0 ->
@@ -18,7 +18,7 @@ leaves the state unchanged (Kafka 1.1+ logs and skips it). Inference of targets 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -224,9 +224,3 @@ class BucketFolder:
         yield {**base, "rec": "ps", "state": v.state, "controller_epoch": v.controller_epoch}
         for r in sorted(v.replica_states):
             yield {**base, "rec": "rs", "replica": r, "state": v.replica_states[r]}
-
-
-def fold_rows(rows: Sequence[dict[str, Any]], ctx: GlobalContext | None = None,
-              kafka_version: str = DEFAULT_KAFKA_VERSION) -> list[dict[str, Any]]:
-    """Convenience for tests and small inputs: fold already-sorted rows and return every record."""
-    return list(BucketFolder(ctx or GlobalContext(), kafka_version).fold(rows))

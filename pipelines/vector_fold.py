@@ -176,18 +176,16 @@ def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
 FOLD_RECORDS = ("pt", "rt", "w", "ps", "rs")  # the fold's record kinds (its ``rec`` column), in output order
 
 
-def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION,
-               out_schema: pa.Schema | None = None) -> pa.Table:
+def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
     """Every record ``BucketFolder.fold`` emits for these sorted rows (without ``src_event_id``)."""
-    return pa.concat_tables(fold_parts(rows, ctx, kafka_version, out_schema).values())
+    return pa.concat_tables(fold_parts(rows, ctx, kafka_version).values())
 
 
-def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION,
-               out_schema: pa.Schema | None = None) -> dict[str, pa.Table]:
+def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION) -> dict[str, pa.Table]:
     """``fold_table``'s records by kind (``FOLD_RECORDS``): the caller needs them apart, not filtered back out."""
     from pipelines.engine import FOLD_ARROW_SCHEMA
 
-    schema = out_schema or FOLD_ARROW_SCHEMA
+    schema = FOLD_ARROW_SCHEMA
     parts: dict[str, list[pa.Table]] = {rec: [] for rec in FOLD_RECORDS}
     if rows.num_rows == 0:
         return {rec: schema.empty_table() for rec in FOLD_RECORDS}

@@ -133,10 +133,6 @@ class Broker:
         return True
 
 
-class FencedError(Exception):
-    """The controller's multi failed its /controller_epoch check (ControllerMovedException)."""
-
-
 class Controller:
     """The active (or zombie) controller: an epoch, a context read from ZooKeeper, two state machines."""
 
@@ -477,8 +473,8 @@ class Cluster:
         self.zk_hosts = zk_hosts
         self.kafka_version = kafka_version
         self.version = parse_kafka_version(kafka_version)
-        if self.version < (1, 1):
-            raise ValueError(f"Kafka {kafka_version} is not simulated (supported: 1.1 and later)")
+        if not (1, 1) <= self.version < (4, 0):  # 4.0 dropped ZooKeeper mode (KRaft only)
+            raise ValueError(f"Kafka {kafka_version} is not simulated (supported: 1.1 .. 3.9, ZooKeeper mode)")
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.seed = seed
         self.rng = random.Random(seed)

@@ -1,7 +1,6 @@
 """`zkledger`: the command line. Each command lives in `zkledger/commands/<name>.py` (see that package).
 
-Exit codes: 0 ok, 1 bad input / failed check (`error: <one line>` on stderr), 2 usage error or a command that is
-not implemented yet, 130 interrupted.
+Exit codes: 0 ok, 1 bad input / failed check (`error: <one line>` on stderr), 2 usage error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Sequence
 from conf.settings import SettingsError, load_settings
 from zkledger.commands import register_all
 from zkledger.context import Context
-from zkledger.errors import NotImplementedYet, UserError
+from zkledger.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +66,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.debug("command failed", exc_info=True)
         print(f"error: {_one_line(exc)}", file=sys.stderr, flush=True)
         return 1
-    except NotImplementedYet as exc:
-        print(exc, file=sys.stderr, flush=True)
-        return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)  # leave the terminal on a fresh line after ^C
         return 130

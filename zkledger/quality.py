@@ -65,10 +65,6 @@ PANDAS_MAX_ROWS = 500_000
 _OBSERVED_MAX = 300  # characters of the observed value kept per result
 
 
-class QualityCheckFailed(UserError):
-    """At least one suite failed; the CLI prints the one line and exits 1."""
-
-
 @dataclass(frozen=True)
 class ExpectationResult:
     table: str

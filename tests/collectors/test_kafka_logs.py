@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -371,6 +372,23 @@ def test_collect_real_dir_idempotent(lake: Any, tmp_path: Path) -> None:
     assert len(_rows(lake, "controller_decisions")) == 52 and len(_rows(lake, "quarantine")) == 1
 
 
+def test_numbers_past_32_bits_are_quarantined_and_the_file_goes_on(lake: Any, tmp_path: Path) -> None:
+    # such a line used to fail the commit (the int columns refuse it), and every restart on it after
+    log = tmp_path / "state-change.log"
+    _write(log, [state_line("Changed state of replica 1 for partition t-0 from NewReplica to OnlineReplica"),
+                 state_line("Changed state of replica 99999999999 for partition t-0 from NewReplica to OnlineReplica"),
+                 state_line("Changed partition t-99999999999 from NewPartition to OnlinePartition with state "
+                            "LeaderAndIsr(leader=2, leaderEpoch=5, isr=List(2, 3), zkVersion=9)"),
+                 state_line("Changed state of replica 2 for partition t-0 from NewReplica to OnlineReplica")])
+    summary = collect_logs(lake, log)
+    assert summary["records"] == 2
+    assert sorted(r["replica"] for r in _rows(lake, "controller_decisions")) == [1, 2]
+    quarantine = sorted(_rows(lake, "quarantine"), key=lambda r: r["ref"])
+    assert [q["ref"].rsplit(":", 1)[1] for q in quarantine] == ["2", "3"]
+    assert "replica 99999999999 is outside Kafka's 32-bit range" in quarantine[0]["reason"]
+    assert "partition 99999999999" in quarantine[1]["reason"] and "t-99999999999" in quarantine[1]["raw"]
+
+
 def test_collect_resumes_and_keeps_open_record(lake: Any, tmp_path: Path) -> None:
     log = tmp_path / "state-change.log"
     head = state_line("Controller 1 epoch 4 failed to change state for partition t-0 from OfflinePartition to "
@@ -457,3 +475,41 @@ def test_real_crash_between_quarantine_and_decisions_commit(lake: Any, tmp_path:
     assert summary["records"] == len(rows) == 19 and summary["quarantined"] == 0
     assert sorted(r["replica"] for r in rows) == [i for i in range(20) if i != 1]
     assert len(_rows(lake, "quarantine")) == 1
+
+
+def test_a_log_truncated_in_place_is_refused_not_misread(lake: Any, tmp_path: Path) -> None:
+    from collectors.kafka_logs import TruncatedLogError
+
+    log = tmp_path / "state-change.log"
+    _write(log, [state_line(f"Changed state of replica {i} for partition t-0 from NewReplica to OnlineReplica")
+                 for i in range(5)])
+    collect_logs(lake, log)
+    _write(log, [state_line("Changed state of replica 9 for partition t-0 from NewReplica to OnlineReplica")])
+    with pytest.raises(TruncatedLogError, match="copytruncate"):  # same inode, fewer lines than collected
+        collect_logs(lake, log)
+    assert sorted(r["replica"] for r in _rows(lake, "controller_decisions")) == [0, 1, 2, 3, 4]
+
+
+def test_a_log_truncated_while_followed_is_refused(lake: Any, tmp_path: Path) -> None:
+    from collectors.kafka_logs import TruncatedLogError
+
+    log = tmp_path / "state-change.log"
+    _write(log, [state_line(f"Changed state of replica {i} for partition t-0 from NewReplica to OnlineReplica")
+                 for i in range(5)])
+    errors: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            collect_logs(lake, log, follow=True, poll_interval=0.05, stop_event=threading.Event())
+        except TruncatedLogError as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=follow, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while len(_rows(lake, "controller_decisions")) < 4 and time.monotonic() < deadline:  # the 5th may stay open
+        time.sleep(0.05)
+    with open(log, "r+b") as fh:  # what logrotate's copytruncate does after copying
+        fh.truncate(0)
+    worker.join(timeout=30)
+    assert not worker.is_alive() and len(errors) == 1 and "shrank" in str(errors[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,58 @@ def test_corrupt_and_torn_tails_stop_cleanly(zk_server: Any, zk: KazooClient, tm
     assert not torn.clean and "torn" in torn.reason and len(torn.entries) == len(good.entries) - 1
     summary = TxnLogCollector(lake, tmp_path / "zk").run()
     assert summary["stopped"] and summary["events"] > 0
+
+
+def _entry_offsets(path: Path) -> list[int]:
+    """Where each entry of a txn log starts: a 16-byte file header, then checksum(8) length(4) body marker(1)."""
+    raw, at, out = path.read_bytes(), 16, []
+    while at + 12 <= len(raw):
+        length = struct.unpack_from(">i", raw, at + 8)[0]
+        if length <= 0:
+            break
+        out.append(at)
+        at += 12 + length + 1
+    return out
+
+
+def test_a_corrupt_entry_inside_a_finished_log_is_a_reported_gap(tmp_path: Path, lake: Any) -> None:
+    from zkledger.zk_server import EmbeddedZooKeeper
+
+    server = EmbeddedZooKeeper(tmp_path / "zk").start()
+    try:
+        for epoch, names in enumerate((["/a0", "/a1", "/a2", "/a3", "/a4"], ["/b0", "/b1"])):
+            client = KazooClient(hosts=server.hosts, timeout=15)
+            client.start(timeout=15)
+            for name in names:
+                client.create(name, b"x")
+            client.stop()
+            client.close()
+            if epoch == 0:
+                server.restart()  # the next writes go to a new log: the first one is finished
+    finally:
+        server.stop()
+    (first_zxid, first), (next_first, _second) = log_files(tmp_path / "zk")[:2]
+    entries = read_log(first).entries
+    created = [e.header.zxid for e in entries if getattr(e.record, "path", None) == "/a2"]
+    at = _entry_offsets(first)[[e.header.zxid for e in entries].index(created[0])]
+    raw = bytearray(first.read_bytes())
+    raw[at + 14] ^= 0xFF  # inside the entry's body: its checksum no longer matches
+    first.write_bytes(bytes(raw))
+
+    summary = TxnLogCollector(lake, tmp_path / "zk").run()
+    assert summary["gaps"] == 1 and summary["quarantined"] == 1
+    got = {(r["path"], r["op"]): r for r in rows(lake)}
+    assert {("/a0", "CREATE"), ("/a1", "CREATE"), ("/b0", "CREATE"), ("/b1", "CREATE")} <= set(got)
+    assert ("/a2", "CREATE") not in got and ("/a4", "CREATE") not in got  # after the corruption: lost
+    gap = got[("/", "GAP")]
+    assert gap["zxid"] == created[0] and gap["source"] == "txnlog"
+    assert "checksum mismatch" in gap["detail"] and f"..{next_first - 1:#x} are lost" in gap["detail"]
+    quarantine = lake.read_arrow("quarantine").to_pylist()
+    assert len(quarantine) == 1 and quarantine[0]["ref"] == f"{first.name}:{at}"
+    assert quarantine[0]["source"] == "txnlog" and quarantine[0]["reason"] == gap["detail"]
+    again = TxnLogCollector(lake, tmp_path / "zk").run()  # a rerun reports nothing twice
+    assert again["events"] == 0 and again["gaps"] == 0 and lake.read_arrow("quarantine").num_rows == 1
+    assert first_zxid < created[0] < next_first
 
 
 def test_resume_and_follow_without_duplicates(zk_server: Any, zk_hosts: str, zk: KazooClient, lake: Any) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import types
@@ -15,7 +14,7 @@ import pytest
 
 import zkledger.commands as commands
 from zkledger.cli import main
-from zkledger.errors import NotImplementedYet, UserError
+from zkledger.errors import UserError
 
 
 def fake_command(monkeypatch: pytest.MonkeyPatch, name: str, run: Callable[[argparse.Namespace, Any], Any]) -> None:
@@ -77,6 +76,33 @@ def test_summary_is_the_last_line_and_global_options_reach_the_context(
     assert seen == {"lake": lake, "cluster": "c1", "n": 3, "ckpt": str(Path(lake) / "_checkpoints")}
 
 
+def test_global_options_also_follow_a_subcommand(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    def run(args: argparse.Namespace, ctx: Any) -> str:
+        seen.update(lake=ctx.lake_root, cluster=ctx.cluster, source=args.source)
+        return "ok"
+
+    module = types.ModuleType("zkledger.commands.zz_nested")
+
+    def register(subparsers: Any) -> None:  # a command with subcommands, like `collect zk|txnlog|logs`
+        parser = subparsers.add_parser("zz_nested", help="nested")
+        sub = parser.add_subparsers(dest="source", required=True)
+        sub.add_parser("inner", help="inner")
+        parser.set_defaults(handler=run)
+
+    module.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(commands, "COMMANDS", (*commands.COMMANDS, "zz_nested"))
+    lake = str(tmp_path / "lk")
+    assert main(["--cluster", "c1", "zz_nested", "inner", "--lake", lake]) == 0
+    assert seen == {"lake": lake, "cluster": "c1", "source": "inner"}
+    with pytest.raises(SystemExit):
+        main(["collect", "logs", "--help"])
+    assert "--lake DIR" in capsys.readouterr().out
+
+
 def test_command_may_choose_its_exit_code(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     fake_command(monkeypatch, "zz_fail", lambda args, ctx: ("1 suite failed", 1))
     assert main(["zz_fail"]) == 1
@@ -92,15 +118,6 @@ def test_user_error_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch, capsys: 
     captured = capsys.readouterr()
     assert captured.err == "error: no such topic: orders (second line is folded)\n"
     assert captured.out == ""
-
-
-def test_not_implemented_exits_2_with_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    def run(args: argparse.Namespace, ctx: Any) -> str:
-        raise NotImplementedYet("zz_stub", issue=9)
-
-    fake_command(monkeypatch, "zz_stub", run)
-    assert main(["zz_stub"]) == 2
-    assert capsys.readouterr().err == "zkledger zz_stub: not implemented yet (tracked in issue 9)\n"
 
 
 def test_keyboard_interrupt_exits_130_quietly(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,16 +157,3 @@ def test_bad_conf_file_gives_one_line_and_exit_1(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr == "error: conf: spark.shuffle_partitions must be a positive integer, got 'x'\n"
     assert result.stdout == ""
-
-
-def test_stub_command_through_the_console_script(tmp_path: Path) -> None:
-    """Whatever command is still a stub answers with one line and exit 2 (all are, at first)."""
-    stubs = [n for n in commands.COMMANDS
-             if "raise NotImplementedYet" in Path(commands.__file__).with_name(f"{n}.py").read_text()]
-    for name in stubs[:1]:
-        argv = {"report": ["--out", "x.html"], "state": ["--zxid", "1"],
-                "collect": ["logs", "--path", "x"]}.get(name, [])
-        result = run_cli(name, *argv, cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.splitlines()
-        assert len(lines) == 1 and re.fullmatch(rf"zkledger {name}: not implemented yet \(tracked in issue \d+\)", lines[0])

@@ -177,3 +177,9 @@ def test_small_failover_storm(zk_hosts: str) -> None:
     final = result.state_at["after-storm"]
     assert final.controller_epoch == 4 and len(final.partitions) == 200
     assert all(p["leader"] in p["isr"] for p in final.partitions.values())
+
+
+@pytest.mark.parametrize("version", ["1.0", "4.0", "4.1"])
+def test_versions_without_a_zookeeper_mode_cluster_to_imitate_are_refused(zk_hosts: str, version: str) -> None:
+    with pytest.raises(ValueError, match=r"1\.1 \.\. 3\.9"):
+        run_scenario("startup", zk_hosts, version, None, 1)

@@ -31,7 +31,7 @@ def register_all(subparsers: Any, parents: list[argparse.ArgumentParser]) -> Non
     for name in COMMANDS:
         try:
             module = importlib.import_module(f"zkledger.commands.{name}")
-        except Exception as exc:  # a half-written command must not take the whole CLI down
+        except Exception as exc:  # one command whose imports fail (a broken package) must not take the CLI down
             log.debug("cannot import zkledger.commands.%s", name, exc_info=True)
             _register_broken(subparsers, name, exc, parents)
             continue
@@ -39,18 +39,34 @@ def register_all(subparsers: Any, parents: list[argparse.ArgumentParser]) -> Non
 
 
 def _register_module(module: Any, subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
-    # the global options (--lake, --conf, ...) are also accepted after the command name
+    # the global options (--lake, --conf, ...) are also accepted after the command's name, and after a
+    # subcommand's (`collect txnlog ... --lake DIR`)
     original = subparsers.add_parser
-
-    def add_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
-        kwargs.setdefault("parents", parents)
-        return original(*args, **kwargs)  # type: ignore[no-any-return]
-
-    subparsers.add_parser = add_parser
+    subparsers.add_parser = _adding_parents(original, parents)
     try:
         module.register(subparsers)
     finally:
         subparsers.add_parser = original
+
+
+def _adding_parents(add_parser: Callable[..., argparse.ArgumentParser],
+                    parents: list[argparse.ArgumentParser]) -> Callable[..., argparse.ArgumentParser]:
+    """``add_parser`` giving each new parser, and each parser of its own subcommands, the global options."""
+
+    def add(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("parents", parents)
+        parser = add_parser(*args, **kwargs)
+        add_subparsers = parser.add_subparsers
+
+        def add_nested(**options: Any) -> Any:
+            nested = add_subparsers(**options)
+            nested.add_parser = _adding_parents(nested.add_parser, parents)
+            return nested
+
+        parser.add_subparsers = add_nested  # type: ignore[method-assign]
+        return parser
+
+    return add
 
 
 def _register_broken(

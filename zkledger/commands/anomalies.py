@@ -13,7 +13,7 @@ from zkledger.errors import UserError
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("anomalies", help="list anomalies", description="List anomalies.")
-    parser.add_argument("--since", metavar="TIME", default=None, help="only anomalies at or after this time (ISO 8601)")
+    parser.add_argument("--since", metavar="TIME", default=None, help="only anomalies at or after this time (ISO 8601; naive = UTC)")
     parser.add_argument("--kind", metavar="KIND", default=None, help="only this anomaly kind")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     parser.set_defaults(handler=run)

@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
                         description="Snapshot a ZooKeeper subtree, then follow it with watches (never writes to "
                         "ZooKeeper). Auth and TLS come from [zookeeper] in the settings. Stops on SIGTERM/SIGINT "
                         "or after --duration, flushing what it has.")
-    zk.add_argument("--zk", metavar="HOST:PORT", required=True, help="ZooKeeper to watch (kazoo hosts syntax)")
+    zk.add_argument("--zk", metavar="HOST:PORT", default=None,
+                    help="ZooKeeper to watch, HOST:PORT[,HOST:PORT...] (default: [zookeeper] hosts in the settings)")
     zk.add_argument("--chroot", metavar="PATH", default=None, help="subtree to watch, e.g. /kafka (default: settings)")
     zk.add_argument("--duration", metavar="S", type=float, default=None, help="stop after S seconds")
     txn = sub.add_parser("txnlog", help="ZooKeeper transaction log reader -> znode_events",
@@ -36,10 +37,15 @@ def register(subparsers: Any) -> None:
     txn.add_argument("--follow", action="store_true", help="keep reading as the log grows (until SIGTERM/SIGINT)")
     txn.add_argument("--chroot", metavar="PATH", default=None,
                      help="keep only this subtree, paths relative to it (default: settings)")
-    logs = sub.add_parser("logs", help="Kafka controller.log / state-change.log parser -> controller_decisions")
+    logs = sub.add_parser("logs", help="Kafka controller.log / state-change.log parser -> controller_decisions",
+                          description="Parse Kafka controller.log, state-change.log and server.log files (a folder "
+                          "is searched recursively, rotated files included) into controller_decisions; lines that "
+                          "cannot be parsed go to quarantine. Resumes each file after its last committed line.")
     logs.add_argument("--path", metavar="FILE_OR_DIR", required=True, help="log file or folder of logs")
     logs.add_argument("--follow", action="store_true", help="keep reading as the logs grow")
-    logs.add_argument("--broker-id", metavar="N", type=int, default=None, help="broker that wrote the logs")
+    logs.add_argument("--broker-id", metavar="N", type=int, default=None,
+                      help="broker that wrote the logs (default: from a broker-N or kafka_N folder name, else from "
+                      "the log lines)")
     parser.set_defaults(handler=run)
 
 
@@ -83,13 +89,14 @@ def _collect_zk(args: argparse.Namespace, ctx: Any) -> str:
 
     from collectors.zk_watch import ZkWatchCollector
 
-    if not args.zk or "/" in args.zk.split(",")[0].split(":")[0]:
-        raise UserError(f"--zk must be HOST:PORT[,HOST:PORT...], got {args.zk!r}")
+    hosts = args.zk if args.zk is not None else ctx.settings.zookeeper.hosts
+    if not hosts or "/" in hosts.split(",")[0].split(":")[0]:
+        raise UserError(f"--zk must be HOST:PORT[,HOST:PORT...], got {hosts!r}")
     if args.duration is not None and args.duration <= 0:
         raise UserError(f"--duration must be positive, got {args.duration}")
     zs = ctx.settings.zookeeper
     collector = ZkWatchCollector(
-        ctx.lake, args.zk, _chroot(args.chroot, ctx), auth_data=zs.auth_data, use_ssl=zs.tls.use_ssl,
+        ctx.lake, hosts, _chroot(args.chroot, ctx), auth_data=zs.auth_data, use_ssl=zs.tls.use_ssl,
         certfile=zs.tls.certfile, keyfile=zs.tls.keyfile, ca=zs.tls.ca, verify_certs=zs.tls.verify,
         timeout=zs.session_timeout_s, batch_size=ctx.settings.collect.batch_size,
         flush_seconds=ctx.settings.collect.flush_seconds,
@@ -103,7 +110,7 @@ def _collect_zk(args: argparse.Namespace, ctx: Any) -> str:
             collector.start()
         except KazooTimeoutError as e:
             hint = " over TLS: check [zookeeper.tls] ca, certfile and keyfile" if zs.tls.use_ssl else ""
-            raise UserError(f"cannot connect to ZooKeeper at {args.zk}{hint}") from e
+            raise UserError(f"cannot connect to ZooKeeper at {hosts}{hint}") from e
         with Progress(label="znode events") as progress:
             summary = _run_with_progress(collector, stop, progress)
     return _line("zk", summary)
@@ -142,11 +149,14 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
 def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
     if not Path(args.path).exists():
         raise UserError(f"--path {args.path}: no such file or directory")
-    from collectors.kafka_logs import collect_logs  # written by the log-collector owner
+    from collectors.kafka_logs import TruncatedLogError, collect_logs
 
     with _stop_on_signals() as stop, Progress(label="log records") as progress:
-        summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
-                               progress=progress.set, stop_event=stop)  # called with lines read so far
+        try:
+            summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
+                                   progress=progress.set, stop_event=stop)  # called with lines read so far
+        except TruncatedLogError as exc:
+            raise UserError(str(exc)) from exc
     return (f"collect logs: {summary.get('records', 0)} decisions from {summary.get('files', 0)} file(s), "
             f"{summary.get('lines', 0)} lines, {summary.get('quarantined', 0)} quarantined, "
             f"{summary.get('rotations', 0)} rotations")

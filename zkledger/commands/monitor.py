@@ -13,7 +13,8 @@ def register(subparsers: Any) -> None:
         description="Stream znode_events and controller_decisions through the same increment as `rebuild`, "
                     "printing each new anomaly as one line when its micro-batch commits. A new checkpoint on a "
                     "rebuilt lake continues where the rebuild ended; an existing one continues from itself.")
-    parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None, help="micro-batch interval")
+    parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None,
+                        help="micro-batch interval (default: [streaming] trigger_seconds in the settings, 1 s)")
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     parser.add_argument("--webhook", metavar="URL", default=None,
                         help="also POST each new anomaly as JSON to URL (retried, never blocks the stream; "
