@@ -9,8 +9,9 @@ leaves the state unchanged (Kafka 1.1+ logs and skips it). Inference of targets 
 * partition: assignment of an unknown partition -> NewPartition; state write with leader >= 0 ->
   OnlinePartition (unless it is an ISR-only write of an already online partition: no election happened);
   leader -1 -> OfflinePartition; state znode / topic deleted -> OfflinePartition -> NonExistentPartition.
-* replica: assigned -> NewReplica; in the written ISR -> OnlineReplica; dropped from the ISR ->
-  OfflineReplica; topic deleted -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
+* replica: assigned -> NewReplica; in the written ISR -> OnlineReplica; dropped from the ISR while its broker
+  is not registered -> OfflineReplica (a live follower the leader drops from the ISR stays OnlineReplica, as in
+  the controller); topic deleted -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
   -> NonExistentReplica.
 * controller failover re-seeds silently: nothing is inferred from /controller changes.
 """
@@ -155,7 +156,9 @@ class BucketFolder:
             if v.replica_states.get(r) != R.ONLINE:
                 steps.append(self._rstep(v, row, r, str(R.ONLINE), "in isr"))
         for r in v.isr or []:
-            if r not in isr and v.replica_states.get(r) == R.ONLINE:
+            # the leader shrinks the ISR of a live follower that fell behind: its replica state does not change;
+            # a replica leaves it Offline when its broker is gone (onBrokerFailure) or no broker is known at all
+            if r not in isr and v.replica_states.get(r) == R.ONLINE and not self.ctx.broker_live_at(r, row["zxid"]):
                 steps.append(self._rstep(v, row, r, str(R.OFFLINE), "removed from isr"))
         v.leader, v.leader_epoch, v.controller_epoch, v.isr = leader, epoch, row["controller_epoch"], isr
 

@@ -330,8 +330,9 @@ class _FastFold:
         a_rows, a_rep, a_pos = self._explode("replicas", self.is_assign)
         i_rows, i_rep, i_pos = self._explode("isr", self.is_write)
         o_rows, o_rep, o_pos = self._explode("isr", self.is_write, row_of=self.lw_before)
-        if len(o_rows):  # a previous ISR member still in the new ISR is not a step
+        if len(o_rows):  # a previous ISR member still in the new ISR, or whose broker is live, is not a step
             keep = ~member_of_row(o_rep, o_rows, padded(self.rows["isr"]))
+            keep &= ~self._live_at(o_rep, self.zxid[o_rows])
             o_rows, o_rep, o_pos = o_rows[keep], o_rep[keep], o_pos[keep]
         isr_len = self._list_lengths("isr")
         kind = np.concatenate([np.full(len(s_rows), 0), np.full(len(a_rows), 1), np.full(len(i_rows), 2),
@@ -437,17 +438,22 @@ class _FastFold:
         values = np.array(self.ctx.epoch_values, np.int64)[np.maximum(i - 1, 0)]
         return pa.array(values, pa.int32(), mask=i == 0)
 
-    def _leader_live(self, leader: npt.NDArray[np.float64], zxids: IntArray) -> pa.Array:
-        has_leader = ~np.isnan(leader) & (leader >= 0)
-        if not self.ctx.broker_points:
-            return pa.nulls(len(zxids), pa.bool_())
-        live = np.zeros(len(zxids), bool)
+    def _live_at(self, brokers: IntArray, zxids: IntArray) -> BoolArray:
+        """Whether each broker was registered at its zxid (False when the timeline knows no broker at all)."""
+        live = np.zeros(len(brokers), bool)
         for broker, (points, states) in self.ctx.broker_points.items():
-            m = has_leader & (leader == broker)
+            m = brokers == broker
             if not m.any():
                 continue
             i = np.searchsorted(np.array(points, np.int64), zxids[m], side="right")
             live[m] = np.where(i > 0, np.array(states, bool)[np.maximum(i - 1, 0)], False)
+        return live
+
+    def _leader_live(self, leader: npt.NDArray[np.float64], zxids: IntArray) -> pa.Array:
+        has_leader = ~np.isnan(leader) & (leader >= 0)
+        if not self.ctx.broker_points:
+            return pa.nulls(len(zxids), pa.bool_())
+        live = self._live_at(np.where(has_leader, leader, -1).astype(np.int64), zxids)
         return pa.array(live, pa.bool_(), mask=~has_leader)
 
     def _view_cols(self, key_rows: IntArray) -> dict[str, Any]:

@@ -20,6 +20,25 @@ def _kinds(lake: Any) -> list[str]:
     return sorted(r["kind"] for r in _rows(lake, "anomalies"))
 
 
+def test_a_replica_goes_offline_when_its_broker_is_gone_not_when_it_falls_behind(spark: Any, lake: Any) -> None:
+    h = clean_history()  # the ISR shrinks to [1] and grows back while broker 2 stays registered
+    h.broker(2, op="DELETE")  # broker 2 dies; the controller drops it from the ISR
+    h.state("t", 0, 1, 0, 1, [1])
+    h.broker(2)  # it comes back and catches up
+    h.state("t", 0, 1, 0, 1, [1, 2])
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    rebuild(spark, lake)
+    assert _kinds(lake) == []
+    steps = [(r["zxid"], r["from_state"], r["to_state"], r["cause"])
+             for r in sorted(_rows(lake, "replica_transitions"), key=lambda r: r["zxid"]) if r["replica"] == 2]
+    assert [s[1:] for s in steps] == [("NonExistentReplica", "NewReplica", "assignment"),
+                                      ("NewReplica", "OnlineReplica", "in isr"),
+                                      ("OnlineReplica", "OfflineReplica", "removed from isr"),
+                                      ("OfflineReplica", "OnlineReplica", "in isr")]
+    dead = [r["zxid"] for r in _rows(lake, "metadata_events") if r["type"] == "BROKER_DEREGISTERED"]
+    assert steps[2][0] > dead[0]  # at the ISR write after the deregistration
+
+
 def test_clean_history_rebuilds_states_and_no_anomalies(spark: Any, lake: Any) -> None:
     lake.append("znode_events", clean_history().rows, writer_id="t", batch_seq=1)
     counts = rebuild(spark, lake)
@@ -32,7 +51,8 @@ def test_clean_history_rebuilds_states_and_no_anomalies(spark: Any, lake: Any) -
     rs = {r["replica"]: r["state"] for r in _rows(lake, "replica_state")}
     assert rs == {1: "OnlineReplica", 2: "OnlineReplica"}
     rt = [(r["replica"], r["to_state"]) for r in sorted(_rows(lake, "replica_transitions"), key=lambda r: r["zxid"])]
-    assert (2, "OfflineReplica") in rt and rt[-1] == (2, "OnlineReplica")
+    # broker 2 stays registered: the leader dropping it from the ISR is not a replica state change
+    assert sorted(rt) == [(1, "NewReplica"), (1, "OnlineReplica"), (2, "NewReplica"), (2, "OnlineReplica")]
     tenure = [(r["controller_id"], r["controller_epoch"], r["source"]) for r in _rows(lake, "controller_tenure")]
     assert tenure == [(1, 1, "zk")]
     assert counts["quarantine"] == 0
