@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 from typing import Any
 
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      rounds[-1]["pipeline"])
         spark.stop()
         outputs = load_outputs(lake)
+        shutil.rmtree(work / "floor", ignore_errors=True)  # a kept --workdir: its commits would be skipped
         with t.phase("io_floor"):
             io_floor(lake, Lake(work / "floor", cluster="bench"), outputs, chunk_rows)
         output_rows = {table: data.num_rows for table, data in outputs.items()}

@@ -65,7 +65,7 @@ def broker_from_path(path: Path) -> int | None:
     """Broker id from a directory named like ``broker-3`` / ``kafka_3`` (nearest one wins)."""
     for part in reversed(path.parent.parts):
         m = _BROKER_DIR.match(part)
-        if m:
+        if m and int(m.group(1)) < 2**31:  # a broker id is a Java int
             return int(m.group(1))
     return None
 
@@ -88,8 +88,9 @@ class TruncatedLogError(RuntimeError):
     """A log file was truncated in place (copytruncate): its new lines cannot be resumed or told apart."""
 
     def __init__(self, path: Path, why: str) -> None:
-        super().__init__(f"{path}: {why}; copytruncate rotation is not supported, rotate logs by rename "
-                         "(log4j's RollingFileAppender / DailyRollingFileAppender)")
+        super().__init__(f"{path}: {why}; it was truncated in place (copytruncate rotation is not supported: rotate "
+                         "by rename, as log4j's RollingFileAppender / DailyRollingFileAppender do) or the file system "
+                         "gave a new file at this path an inode the path had before (collect it under another name)")
 
 
 class FileTail:

@@ -652,11 +652,19 @@ class TxnLogCollector:
             return  # only bytes after the file's last transaction (the next log starts right after it)
         if first_lost <= self._floor:
             return  # reported by an earlier run
+        last_lost = next_first - 1
+        next_epoch = ((first_lost >> 32) + 1) << 32  # a zxid is (epoch << 32) | counter
+        if next_first >= next_epoch:  # the next log starts a newer epoch
+            if res.reason.startswith("torn"):
+                # a crash while logging a proposal, then a new leader: that proposal was never committed
+                log.warning("txn log %s: torn last entry before epoch %d, nothing lost", path, next_first >> 32)
+                return
+            last_lost = next_epoch - 1  # corruption: the rest of the old epoch is unknown
         self._flush()
         with open(path, "rb") as f:
             f.seek(res.end_offset)
             head = f.read(64)
-        detail = (f"{path.name}: {res.reason}; transactions {first_lost:#x}..{next_first - 1:#x} are lost "
+        detail = (f"{path.name}: {res.reason}; transactions {first_lost:#x}..{last_lost:#x} are lost at most "
                   f"(bytes from offset {res.end_offset} unreadable)")
         ref = f"{path.name}:{res.end_offset}"
         source = str(Source.TXNLOG)

@@ -192,7 +192,9 @@ class ZnodeChunks:
 
     def __init__(self, spark: SparkSession | None, lake: Lake, version: int, local_max_rows: int) -> None:
         self.spark, self.lake, self.version, self.local_max_rows = spark, lake, version, local_max_rows
-        self.spans = lake.file_spans("znode_events", "zxid", version)
+        spans = lake.file_spans("znode_events", "zxid", version)
+        # a compacted file far larger than a chunk would be held whole while its chunks run: scan those
+        self.spans = None if spans is None or any(s.rows > 2 * local_max_rows for s in spans) else spans
         self._kept: dict[str, pa.Table] = {}  # files read for a chunk that reach into the next one
 
     def read(self, chunk: Chunk) -> DataFrame | pa.Table:

@@ -40,6 +40,16 @@ SIGKILL itself at that point of that batch, to prove restart idempotence with a 
 _COMMIT_RETRIES = 8
 
 
+def needs_delta_rs_scan(dt: DeltaTable) -> bool:
+    """Whether the table's data files alone are not its rows (partition values, column mapping, deletion
+    vectors or any other reader feature): then only delta-rs' own scan reads them right."""
+    protocol = dt.protocol()
+    features = set(protocol.reader_features or [])
+    return bool(dt.metadata().partition_columns) or bool(features - {"timestampNtz"}) or (
+        protocol.min_reader_version > 1 and not features
+    )
+
+
 @dataclass(frozen=True)
 class FileSpan:
     """One data file of a table version and one int column's statistics in the Delta log."""
@@ -260,7 +270,7 @@ class Lake:
         if self.version(table) is None:
             return []
         dt = self._load(table, version)
-        if "deletionVectors" in (dt.protocol().reader_features or []):
+        if needs_delta_rs_scan(dt):  # partitions, column mapping, deletion vectors: only delta-rs reads them right
             return None
         actions = pa.table(dt.get_add_actions(flatten=True))
         needed = ("path", "num_records", f"null_count.{column}", f"min.{column}", f"max.{column}")

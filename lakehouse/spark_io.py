@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from lakehouse.lake import Lake, WriteMode, crash_point
+from lakehouse.lake import Lake, WriteMode, crash_point, needs_delta_rs_scan
 from lakehouse.spark_schema import spark_schema
 
 if TYPE_CHECKING:
@@ -75,11 +75,7 @@ def _needs_delta_rs_scan(snap: object) -> bool:
     from deltalake import DeltaTable
 
     assert isinstance(snap, DeltaTable)
-    protocol = snap.protocol()
-    features = set(protocol.reader_features or [])
-    return bool(snap.metadata().partition_columns) or bool(features - {"timestampNtz"}) or (
-        protocol.min_reader_version > 1 and not features
-    )
+    return needs_delta_rs_scan(snap)
 
 
 def write_batch(

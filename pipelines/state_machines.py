@@ -9,9 +9,9 @@ leaves the state unchanged (Kafka 1.1+ logs and skips it). Inference of targets 
 * partition: assignment of an unknown partition -> NewPartition; state write with leader >= 0 ->
   OnlinePartition (unless it is an ISR-only write of an already online partition: no election happened);
   leader -1 -> OfflinePartition; state znode / topic deleted -> OfflinePartition -> NonExistentPartition.
-* replica: assigned -> NewReplica; in the written ISR -> OnlineReplica; dropped from the ISR while its broker
-  is not registered -> OfflineReplica (a live follower the leader drops from the ISR stays OnlineReplica, as in
-  the controller); topic deleted -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
+* replica: assigned -> NewReplica; in the written ISR -> OnlineReplica; dropped from the ISR by the controller
+  (leader_epoch bumped) or while its broker is not registered -> OfflineReplica (a live follower the leader
+  drops from the ISR, same leader_epoch, stays OnlineReplica, as in the controller); topic deleted -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
   -> NonExistentReplica.
 * controller failover re-seeds silently: nothing is inferred from /controller changes.
 """
@@ -155,10 +155,14 @@ class BucketFolder:
         for r in isr:
             if v.replica_states.get(r) != R.ONLINE:
                 steps.append(self._rstep(v, row, r, str(R.ONLINE), "in isr"))
+        # a replica the controller takes out of the ISR goes Offline: its writes bump leader_epoch (writer 2 in
+        # kafka-zk-metadata.md §1: election, or removeReplicasFromIsr on OfflineReplica, e.g. a controlled
+        # shutdown), and so does a broker that is gone; the leader shrinking the ISR of a live follower that fell
+        # behind (writers 3/4, same leader_epoch) changes no replica state
+        by_controller = epoch is not None and v.leader_epoch is not None and epoch > v.leader_epoch
         for r in v.isr or []:
-            # the leader shrinks the ISR of a live follower that fell behind: its replica state does not change;
-            # a replica leaves it Offline when its broker is gone (onBrokerFailure) or no broker is known at all
-            if r not in isr and v.replica_states.get(r) == R.ONLINE and not self.ctx.broker_live_at(r, row["zxid"]):
+            if r not in isr and v.replica_states.get(r) == R.ONLINE and (
+                    by_controller or not self.ctx.broker_live_at(r, row["zxid"])):
                 steps.append(self._rstep(v, row, r, str(R.OFFLINE), "removed from isr"))
         v.leader, v.leader_epoch, v.controller_epoch, v.isr = leader, epoch, row["controller_epoch"], isr
 

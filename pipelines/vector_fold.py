@@ -330,9 +330,10 @@ class _FastFold:
         a_rows, a_rep, a_pos = self._explode("replicas", self.is_assign)
         i_rows, i_rep, i_pos = self._explode("isr", self.is_write)
         o_rows, o_rep, o_pos = self._explode("isr", self.is_write, row_of=self.lw_before)
-        if len(o_rows):  # a previous ISR member still in the new ISR, or whose broker is live, is not a step
+        if len(o_rows):  # still in the new ISR: no step; nor a live follower the leader dropped (same epoch)
             keep = ~member_of_row(o_rep, o_rows, padded(self.rows["isr"]))
-            keep &= ~self._live_at(o_rep, self.zxid[o_rows])
+            by_controller = self.epoch[o_rows] > self.epoch[self.lw_before[o_rows]]  # NaN compares False
+            keep &= by_controller | ~self._live_at(o_rep, self.zxid[o_rows])
             o_rows, o_rep, o_pos = o_rows[keep], o_rep[keep], o_pos[keep]
         isr_len = self._list_lengths("isr")
         kind = np.concatenate([np.full(len(s_rows), 0), np.full(len(a_rows), 1), np.full(len(i_rows), 2),

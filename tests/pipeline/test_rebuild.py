@@ -39,6 +39,18 @@ def test_a_replica_goes_offline_when_its_broker_is_gone_not_when_it_falls_behind
     assert steps[2][0] > dead[0]  # at the ISR write after the deregistration
 
 
+def test_the_controller_taking_a_live_replica_out_of_the_isr_makes_it_offline(spark: Any, lake: Any) -> None:
+    h = clean_history()
+    h.state("t", 0, 1, 1, 1, [1])  # controlled shutdown of broker 2: the controller's write bumps leader_epoch
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    rebuild(spark, lake)
+    last = max((r for r in _rows(lake, "replica_transitions") if r["replica"] == 2), key=lambda r: r["zxid"])
+    assert (last["from_state"], last["to_state"], last["cause"]) == ("OnlineReplica", "OfflineReplica",
+                                                                     "removed from isr")
+    assert {r["replica"]: r["state"] for r in _rows(lake, "replica_state")} == {1: "OnlineReplica",
+                                                                                2: "OfflineReplica"}
+
+
 def test_clean_history_rebuilds_states_and_no_anomalies(spark: Any, lake: Any) -> None:
     lake.append("znode_events", clean_history().rows, writer_id="t", batch_seq=1)
     counts = rebuild(spark, lake)
