@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -29,7 +28,7 @@ from jobs._monitor_start import (
     writer_metadata,
 )
 from lakehouse.arrow_schema import arrow_schema
-from lakehouse.delta_source import commit_manifest, conform_file, data_file_rows, read_data_files
+from lakehouse.delta_source import commit_manifest, data_file_rows, read_data_files
 from lakehouse.spark_io import (
     COMMIT_COLUMNS,
     drain_available_now,
@@ -212,7 +211,7 @@ class ZnodeChunks:
                 continue
             data = self._kept.get(span.path)
             if data is None:
-                data = conform_file("znode_events", pq.read_table(span.path))
+                data = read_data_files("znode_events", [span.path])
             if hi is not None and span.high is not None and span.high >= hi:
                 kept[span.path] = data
             whole = ((lo is None or (span.low is not None and span.low >= lo and span.nulls == 0))
