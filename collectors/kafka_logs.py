@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from collectors.log_parser import LogParser, ParsedRecord, RejectedLine
+from models.events import INT32_MAX
 from models.ids import event_id
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def broker_from_path(path: Path) -> int | None:
     """Broker id from a directory named like ``broker-3`` / ``kafka_3`` (nearest one wins)."""
     for part in reversed(path.parent.parts):
         m = _BROKER_DIR.match(part)
-        if m and int(m.group(1)) < 2**31:  # a broker id is a Java int
+        if m and int(m.group(1)) <= INT32_MAX:  # a broker id is a Java int
             return int(m.group(1))
     return None
 

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from models.decisions import DecisionKind as K
+from models.events import int32_problem
 from models.states import PartitionState, ReplicaState
 
 MAX_MESSAGE_CHARS = 8000  # a runaway stack trace must not make one row megabytes long
@@ -812,25 +813,15 @@ class LogParser:
         if self._pending is None:
             return []
         rec, self._pending = self._pending, None
-        problem = _out_of_range(rec)
+        problem = int32_problem({name: getattr(rec, name) for name in _INT32_FIELDS})
         if problem is not None:  # not something Kafka logs, and it would not fit the table's int columns
             self.stats["quarantined"] += 1
             return [RejectedLine(rec.line_no, self._pending_line, problem)]
         return [rec]
 
 
-_INT32_FIELDS = ("controller_id", "controller_epoch", "broker_id", "partition", "replica", "leader", "leader_epoch")
-
-
-def _out_of_range(rec: ParsedRecord) -> str | None:
-    """Why ``rec`` holds a number no Kafka id or epoch can be (they are Java ints), if it does."""
-    for name in _INT32_FIELDS:
-        value = getattr(rec, name)
-        if value is not None and not -(2**31) <= value < 2**31:
-            return f"{name} {value} is outside Kafka's 32-bit range"
-    if rec.isr and not (-(2**31) <= min(rec.isr) and max(rec.isr) < 2**31):
-        return f"isr {rec.isr} has a broker id outside Kafka's 32-bit range"
-    return None
+_INT32_FIELDS = ("controller_id", "controller_epoch", "broker_id", "partition", "replica", "leader", "leader_epoch",
+                 "isr")
 
 
 def parse_lines(lines: Iterable[str], first_line_no: int = 1) -> tuple[list[ParsedRecord], list[RejectedLine], Counter[str]]:

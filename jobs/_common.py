@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -547,6 +548,11 @@ STREAMED_TABLES = ("znode_events", "controller_decisions")
 def _committed(lake: Lake, table: str, batch_id: int) -> bool:
     last = lake.last_batch_seq(table, MONITOR_WRITER)
     return last is not None and last >= batch_id
+
+
+def monitor_checkpoint(checkpoint_root: str | None, lake_root: str) -> str:
+    """The monitor's Structured Streaming checkpoint folder: under ``[streaming] checkpoint_root``, else the lake's."""
+    return os.path.join(checkpoint_root or os.path.join(lake_root, "_checkpoints"), "monitor")
 
 
 def job_context(args: argparse.Namespace) -> tuple[Any, Lake]:

@@ -5,11 +5,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from jobs._args import job_parser
-from jobs._common import drain_monitor, job_context, start_monitor
+from jobs._common import drain_monitor, job_context, monitor_checkpoint, start_monitor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,8 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     alerter = AnomalyAlerter(args.webhook or settings.monitor.webhook or None)
     quality = args.quality or settings.monitor.quality_each_batch
-    root = settings.streaming.checkpoint_root or os.path.join(settings.lake.root, "_checkpoints")
-    spark, checkpoint = build_spark(settings, "zkledger-monitor"), os.path.join(root, "monitor")
+    spark, checkpoint = build_spark(settings, "zkledger-monitor"), monitor_checkpoint(settings.streaming.checkpoint_root, settings.lake.root)
     try:
         if args.available_now:
             drain_monitor(spark, lake, checkpoint, publish=alerter.publish, quality=quality,

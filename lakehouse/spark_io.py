@@ -59,7 +59,7 @@ def read_table(
             reader = reader.option("timestampAsOf", as_of.isoformat())
         return reader.load(lake.table_path(table)).select(*schema.fieldNames())
     snap = lake.snapshot(table, version=version, as_of=as_of)
-    if _needs_delta_rs_scan(snap):
+    if needs_delta_rs_scan(snap):
         # Partition values / deletion vectors / column mapping are not in the Parquet files themselves.
         return spark.createDataFrame(lake.conform_read(table, snap.to_pyarrow_table()), schema=schema)
     return read_files_frame(spark, table, snap.file_uris())
@@ -69,13 +69,6 @@ def _empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     """An empty DataFrame built in the JVM: ``createDataFrame([], schema)`` costs 1-2 s of Python round trips."""
     cols = ", ".join(f"CAST(NULL AS {f.dataType.simpleString()}) AS `{f.name}`" for f in schema.fields)
     return spark.sql(f"SELECT {cols} WHERE false")  # one py4j call, not one per column
-
-
-def _needs_delta_rs_scan(snap: object) -> bool:
-    from deltalake import DeltaTable
-
-    assert isinstance(snap, DeltaTable)
-    return needs_delta_rs_scan(snap)
 
 
 def write_batch(

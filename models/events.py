@@ -7,9 +7,26 @@ things. ``MetadataEvent`` fields equal the ``metadata_events`` columns (models.t
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
+
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+
+
+def int32_problem(values: Mapping[str, int | Sequence[int] | None]) -> str | None:
+    """Why one of these ids or epochs (a number or a list of broker ids) cannot be Kafka's, if one cannot:
+    they are Java ints there, and int columns in the tables."""
+    for name, value in values.items():
+        if isinstance(value, int):
+            if not INT32_MIN <= value <= INT32_MAX:
+                return f"{name} {value} is outside Kafka's 32-bit range"
+        elif value and not (INT32_MIN <= min(value) and max(value) <= INT32_MAX):
+            return f"{name} {list(value)} has a broker id outside Kafka's 32-bit range"
+    return None
 
 
 class ZnodeOp(StrEnum):

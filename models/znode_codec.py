@@ -20,7 +20,15 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
 from models.errors import MalformedZnodeError
-from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
+from models.events import (
+    INT32_MAX,
+    INT32_MIN,
+    MetadataEvent,
+    MetadataEventType,
+    ZnodeChange,
+    ZnodeOp,
+    int32_problem,
+)
 from models.states import parse_kafka_version
 
 log = logging.getLogger(__name__)
@@ -223,8 +231,6 @@ PAYLOAD_VERSIONS: Final[dict[PathKind, frozenset[int]]] = {
 
 LEADER_NONE: Final = -1  # no leader: the partition is offline (I5)
 LEADER_DURING_DELETE: Final = -2  # only inside UpdateMetadata requests, never in ZK (CCM@3.8.0 l477)
-INT32_MIN: Final = -(2**31)
-INT32_MAX: Final = 2**31 - 1
 
 
 class _Bad(Exception):
@@ -740,26 +746,16 @@ def decode(
         ctx = _Ctx(change, info, version, strip_chroot(change.path, chroot))
         events = _DECODERS.get(info.kind, _decode_other)(ctx)
         for event in events:
-            _check_int32(event)
+            problem = int32_problem({name: getattr(event, name) for name in _INT32_FIELDS})
+            if problem is not None:
+                raise _Bad(problem)
         return events
     except _Bad as e:
         raise MalformedZnodeError(change.path, change.zxid, str(e)) from None
 
 
 _INT32_FIELDS: Final = ("partition", "broker", "controller_id", "controller_epoch", "leader", "leader_epoch",
-                        "zk_version")
-
-
-def _check_int32(event: MetadataEvent) -> None:
-    """Kafka's ids and epochs are Java ints (the metadata_events columns too): a larger number is not Kafka's."""
-    for name in _INT32_FIELDS:
-        value = getattr(event, name)
-        if value is not None and not INT32_MIN <= value <= INT32_MAX:
-            raise _Bad(f"{name} {value} is outside Kafka's 32-bit range")
-    for name in ("isr", "replicas"):
-        values = getattr(event, name)
-        if values and not (INT32_MIN <= min(values) and max(values) <= INT32_MAX):
-            raise _Bad(f"{name} {list(values)} has a broker id outside Kafka's 32-bit range")
+                        "zk_version", "isr", "replicas")
 
 
 # ----------------------------------------------------------------------------------------- encoders

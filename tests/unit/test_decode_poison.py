@@ -55,7 +55,7 @@ def test_a_poison_row_is_quarantined_and_its_neighbours_decode(case: str) -> Non
 
 def test_what_the_codec_lets_through_and_arrow_refuses_is_quarantined_too(monkeypatch: pytest.MonkeyPatch) -> None:
     # the second line of defence: without the codec's range check, Arrow's own refusal quarantines the row
-    monkeypatch.setattr(codec, "_check_int32", lambda event: None)
+    monkeypatch.setattr(codec, "int32_problem", lambda values: None)
     path, data, _ = POISON["controller epoch"]
     meta, quarantine = split_decoded(decode_table(_bronze(path, data)))
     assert sorted(meta["zxid"].to_pylist()) == [1, 3]

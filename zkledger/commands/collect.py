@@ -149,8 +149,10 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
 def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
     if not Path(args.path).exists():
         raise UserError(f"--path {args.path}: no such file or directory")
-    if args.broker_id is not None and not 0 <= args.broker_id < 2**31:
-        raise UserError(f"--broker-id must be a broker id (0 .. 2147483647), got {args.broker_id}")
+    from models.events import INT32_MAX
+
+    if args.broker_id is not None and not 0 <= args.broker_id <= INT32_MAX:
+        raise UserError(f"--broker-id must be a broker id (0 .. {INT32_MAX}), got {args.broker_id}")
     from collectors.kafka_logs import TruncatedLogError, collect_logs
 
     with _stop_on_signals() as stop, Progress(label="log records") as progress:

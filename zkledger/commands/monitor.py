@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 
@@ -25,7 +24,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    from jobs._common import drain_monitor, start_monitor
+    from jobs._common import drain_monitor, monitor_checkpoint, start_monitor
     from zkledger.alerts import AnomalyAlerter
     from zkledger.errors import UserError
 
@@ -34,8 +33,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         alerter = AnomalyAlerter(url)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    checkpoint = os.path.join(ctx.settings.streaming.checkpoint_root or os.path.join(ctx.lake_root, "_checkpoints"),
-                              "monitor")
+    checkpoint = monitor_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
     quality = args.quality or ctx.settings.monitor.quality_each_batch
     if args.available_now:
         try:
