@@ -51,6 +51,7 @@ from pipelines.engine import (
     committed_txnlog_range,
     empty_carried,
     run_increment,
+    widened_txnlog_range,
 )
 from pipelines.parallel import use_system_allocator
 
@@ -380,8 +381,7 @@ class MonitorCarry:
         c.log_terms = terms.filter(pc.equal(terms["source"], "logs"))
         c.global_events = c.global_events + meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
         c.zk_writes = writes if c.zk_writes is None else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)])
-        c.txnlog_min_zxid = min([v for v in (lo, c.txnlog_min_zxid) if v is not None], default=None)
-        c.txnlog_max_zxid = max([v for v in (hi, c.txnlog_max_zxid) if v is not None], default=None)
+        c.txnlog_min_zxid, c.txnlog_max_zxid = widened_txnlog_range(c, lo, hi)
         c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
         c.resigns = out.resigns
         c.empty = False

@@ -115,6 +115,12 @@ def empty_carried() -> Carried:
                    empty=True)
 
 
+def widened_txnlog_range(carried: Carried, lo: int | None, hi: int | None) -> tuple[int | None, int | None]:
+    """The carried txnlog range widened by an increment's own (lo, hi); either end may be unknown."""
+    return (min([v for v in (lo, carried.txnlog_min_zxid) if v is not None], default=None),
+            max([v for v in (hi, carried.txnlog_max_zxid) if v is not None], default=None))
+
+
 def committed_txnlog_range(carried: Carried) -> tuple[int, int] | None:
     """The txnlog's delivered zxid range known to the carried state (decode drops watch rows inside it)."""
     if carried.txnlog_min_zxid is None or carried.txnlog_max_zxid is None:
@@ -154,8 +160,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
             meta_t = meta_t.filter(pc.invert(known))
             meta = None if meta is None else meta.filter(~F.col("event_id").isin(sorted(committed_ids)))
     txn_lo, txn_hi = _txnlog_bounds(znode_events)
-    txn_range = (min([v for v in (txn_lo, carried.txnlog_min_zxid) if v is not None], default=None),
-                 max([v for v in (txn_hi, carried.txnlog_max_zxid) if v is not None], default=None))
+    txn_range = widened_txnlog_range(carried, txn_lo, txn_hi)
 
     global_rows = _global_rows(meta_t)
     increment_ids = {r["event_id"] for r in global_rows}
