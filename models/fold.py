@@ -8,16 +8,17 @@ One rule set (``models.states``' tables, Kafka's ``validPreviousStates``) with t
 - integer codes and ``transition_matrix`` / ``legal_matrix``: the same table as small-int matrices for the
   pipelines' vectorised (numpy) segmented prefix-composition scan.
 
-How metadata events turn into state-machine targets is ``infer_partition_target`` /
-``infer_replica_targets`` (kafka-zk-metadata.md §1-§3); ``reseed_after_failover`` is the controller's
-silent re-initialisation (§2).
+How metadata events turn into steps of both machines is ``PartitionFold`` (kafka-zk-metadata.md §1-§3),
+including the controller's silent re-initialisation at a failover (``PartitionFold.reseed``, §2): the one
+home of the inference rules, which the pipelines' row fold calls and their vectorised fold mirrors.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Final, Generic, Literal, TypeVar
 
 from models.anomalies import AnomalyKind
@@ -328,6 +329,24 @@ def _fold_replica(out: Projection, t: ReplicaTarget, kafka_version: str, strict:
 
 
 # ------------------------------------------------------------------- inference from metadata events
+class Cause(StrEnum):
+    """Why an inferred step happened (the ``cause`` column of the transition tables)."""
+
+    ASSIGNMENT = "assignment"
+    STATE_CREATED = "state created"
+    LEADER_ELECTED = "leader elected"
+    NO_LEADER = "no leader"
+    IN_ISR = "in isr"
+    OUT_OF_ISR = "removed from isr"
+    REASSIGNED_AWAY = "reassigned away"
+    BROKER_REGISTERED = "broker registered"
+    BROKER_DEREGISTERED = "broker deregistered"
+    DELETION_REQUESTED = "topic deletion requested"
+    TOPIC_DELETION = "topic deletion"
+    FAILOVER_RESEED = "failover reseed"
+    FAILOVER_OFFLINE = "failover: replica on a dead broker"
+
+
 @dataclass(frozen=True)
 class PartitionView:
     """What the controller knows of one partition before an event (its cached context)."""
@@ -341,37 +360,19 @@ class PartitionView:
     replica_states: Mapping[int, ReplicaState] = field(default_factory=dict)
 
 
-_DELETION_EVENTS: Final = frozenset({T.TOPIC_DELETED, T.PARTITION_STATE_DELETED})
+@dataclass(frozen=True)
+class FoldStep:
+    """One inferred step of a partition (``replica`` None) or of one of its replicas.
 
-
-def infer_partition_target(
-    prev: PartitionView | None, event: MetadataEvent, live_brokers: frozenset[int] | set[int]
-) -> PartitionState | None:
-    """The partition target the controller moved to when ``event`` happened (None: no step).
-
-    Rules (kafka-zk-metadata.md §1 writers 1-5, §2 tables, TopicDeletionManager):
-    - PARTITION_ASSIGNED of an unknown / NonExistent partition -> NewPartition (assignment loaded).
-    - PARTITION_STATE_WRITTEN: leader >= 0 -> OnlinePartition, leader -1 -> OfflinePartition; an ISR-only
-      write (same leader and leader_epoch: leader-originated or AlterIsr, writers 3/4) is no step.
-    - TOPIC_DELETION_REQUESTED -> OfflinePartition (onTopicDeletion moves partitions Offline first).
-    - TOPIC_DELETED / PARTITION_STATE_DELETED -> NonExistentPartition (then nothing: already gone).
-    ``live_brokers`` is not needed for partitions (the leader field decides) but keeps one signature.
+    ``legal`` is Kafka's ``validPreviousStates`` verdict, except for a failover re-seed (``Cause.FAILOVER_RESEED``):
+    the new controller re-initialises states without a transition (nothing to validate), so it is always legal.
     """
-    del live_brokers
-    current = P.NON_EXISTENT if prev is None else prev.state
-    if event.type is T.PARTITION_ASSIGNED:
-        return P.NEW if current is P.NON_EXISTENT else None
-    if event.type is T.PARTITION_STATE_WRITTEN:
-        if event.leader is None:
-            return None
-        if prev is not None and prev.leader == event.leader and prev.leader_epoch == event.leader_epoch:
-            return None  # ISR-only write: not a state-machine step
-        return P.ONLINE if event.leader >= 0 else P.OFFLINE
-    if event.type is T.TOPIC_DELETION_REQUESTED:
-        return P.OFFLINE if current is not P.NON_EXISTENT else None
-    if event.type in _DELETION_EVENTS:
-        return P.NON_EXISTENT if current is not P.NON_EXISTENT else None
-    return None
+
+    replica: int | None
+    from_state: str
+    to_state: str
+    legal: bool
+    cause: Cause
 
 
 _DELETE_CHAIN: Final[Mapping[ReplicaState, tuple[ReplicaState, ...]]] = {
@@ -384,82 +385,191 @@ _DELETE_CHAIN: Final[Mapping[ReplicaState, tuple[ReplicaState, ...]]] = {
     R.DELETION_SUCCESSFUL: (R.NON_EXISTENT,),
     R.NON_EXISTENT: (),
 }
+_DELETION_EVENTS: Final = frozenset({T.TOPIC_DELETED, T.PARTITION_STATE_DELETED})
 
 
-def infer_replica_targets(
-    prev: PartitionView | None, event: MetadataEvent, live_brokers: frozenset[int] | set[int]
-) -> list[tuple[int, ReplicaState]]:
-    """Ordered (replica, target) steps of one partition's replicas when ``event`` happened.
+class PartitionFold:
+    """The controller's view of one partition, folded one metadata event at a time: the inference rules' home.
 
-    ``live_brokers`` is the set of registered brokers *after* the event. Rules (§1-§2, RSM, KC):
-    - PARTITION_ASSIGNED: new replicas -> NewReplica; replicas dropped from the assignment (reassignment
-      done) -> Offline -> DeletionStarted -> DeletionSuccessful -> NonExistent.
-    - PARTITION_STATE_WRITTEN with leader >= 0: assigned replicas on live brokers that are New/Offline ->
-      OnlineReplica (onNewPartitionCreation / onBrokerStartup); a replica removed from the ISR whose broker
-      is dead -> OfflineReplica (and the former leader when leader becomes -1 and it is dead).
-    - BROKER_DEREGISTERED -> the broker's replica OfflineReplica (onBrokerFailure);
-      BROKER_REGISTERED -> the broker's Offline/DeletionIneligible replica OnlineReplica (onBrokerStartup).
-    - TOPIC_DELETION_REQUESTED: replicas on live brokers -> Offline -> DeletionStarted; on dead brokers ->
-      DeletionIneligible (from Offline: legal only on 2.3+, KAFKA-8237).
-    - TOPIC_DELETED / PARTITION_STATE_DELETED: every replica along the rest of the deletion chain.
+    ``project_metadata`` (the reference), the pipelines' row fold (``pipelines.state_machines.BucketFolder``)
+    and, through the differential tests, the vectorised fold (``pipelines.vector_fold``) all step with this.
+    Each step is checked against ``models.states`` (version-aware): an illegal one is reported and leaves the
+    state unchanged, as Kafka 1.1+ logs and skips it; the rules below read the state as it runs.
+    ``live`` holds the brokers registered once the event happened. Rules (kafka-zk-metadata.md §1-§3):
+
+    * PARTITION_ASSIGNED: an unknown partition -> NewPartition; each unknown replica -> NewReplica; a replica
+      dropped from the assignment (reassignment done) -> Offline -> DeletionStarted -> DeletionSuccessful ->
+      NonExistent.
+    * PARTITION_STATE_WRITTEN: leader >= 0 -> OnlinePartition, except an ISR-only write (same leader and
+      leader_epoch: leader-originated or AlterIsr, writers 3/4) of an online partition; no leader ->
+      OfflinePartition. Each ISR member -> OnlineReplica. A replica dropped from the ISR goes OfflineReplica
+      when the controller took it out (leader_epoch bumped: writer 2, an election or removeReplicasFromIsr)
+      or its broker is gone; a live follower the leader dropped (same leader_epoch) changes no state.
+    * BROKER_DEREGISTERED: the broker's New/Online replica -> OfflineReplica (onBrokerFailure);
+      BROKER_REGISTERED: its Offline/DeletionIneligible replica -> OnlineReplica (onBrokerStartup).
+    * TOPIC_DELETION_REQUESTED: the partition -> OfflinePartition; replicas on live brokers -> Offline ->
+      DeletionStarted, on dead ones -> DeletionIneligible (from Offline legal on 2.3+ only, KAFKA-8237).
+    * TOPIC_DELETED / PARTITION_STATE_DELETED: the partition -> Offline -> NonExistent, every replica along the
+      rest of the deletion chain; the view is forgotten (a recreated topic is a new incarnation).
+    * CONTROLLER_ELECTED: ``reseed``.
     """
-    view = prev if prev is not None else PartitionView()
-    states = view.replica_states
 
-    def st(r: int) -> ReplicaState:
-        return states.get(r, R.NON_EXISTENT)
+    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
+        self.kafka_version = kafka_version
+        self._p_valid = partition_valid_previous(kafka_version)
+        self._r_valid = replica_valid_previous(kafka_version)
+        self._offline_after_reseed = parse_kafka_version(kafka_version) >= (2, 3)
 
-    if event.type is T.PARTITION_ASSIGNED:
+    def apply(self, view: PartitionView, event: MetadataEvent, live: Container[int]) -> tuple[PartitionView, list[FoldStep]]:
+        """The view after ``event`` and the steps it caused, in order (partition step first)."""
+        run = _Run(self, view)
+        kind = event.type
+        if kind is T.PARTITION_ASSIGNED:
+            self._assigned(run, view, event)
+        elif kind is T.PARTITION_STATE_WRITTEN:
+            self._written(run, view, event, live)
+        elif kind in (T.BROKER_REGISTERED, T.BROKER_DEREGISTERED):
+            self._broker(run, view, event)
+        elif kind is T.TOPIC_DELETION_REQUESTED:
+            self._deletion_requested(run, view, live)
+        elif kind in _DELETION_EVENTS:
+            run.partition(P.OFFLINE, Cause.TOPIC_DELETION, unless=(P.OFFLINE, P.NON_EXISTENT))
+            run.partition(P.NON_EXISTENT, Cause.TOPIC_DELETION, unless=(P.NON_EXISTENT,))
+            for r in sorted(run.replica_states):
+                for target in _DELETE_CHAIN[run.replica(r)]:
+                    run.replica_step(r, target, Cause.TOPIC_DELETION)
+            return PartitionView(state=run.state, replica_states=run.replica_states), run.steps
+        elif kind is T.CONTROLLER_ELECTED:
+            return self.reseed(view, live)
+        new_view = replace(view, state=run.state, replica_states=run.replica_states)
+        if kind is T.PARTITION_ASSIGNED and event.replicas is not None:
+            new_view = replace(new_view, replicas=event.replicas)
+        elif kind is T.PARTITION_STATE_WRITTEN:
+            new_view = replace(new_view, leader=event.leader, leader_epoch=event.leader_epoch,
+                               controller_epoch=event.controller_epoch, isr=event.isr or ())
+        return new_view, run.steps
+
+    def reseed(self, view: PartitionView, live: Container[int]) -> tuple[PartitionView, list[FoldStep]]:
+        """A newly elected controller's silent re-initialisation of this partition (kafka-zk-metadata.md §2).
+
+        PSM@3.8.0 ``initializePartitionState``: Online if the ZK leader is alive, Offline if not, New without a
+        state znode. RSM@3.8.0 ``initializeReplicaState``: each assigned replica Online if its broker is alive,
+        else ReplicaDeletionIneligible; 2.3+ (KAFKA-3143) then moves those to OfflineReplica (a real step). A
+        deleted (NonExistent) partition stays as it is. A re-seed that changes a state is a ``FoldStep``
+        (legal, ``Cause.FAILOVER_RESEED``), so history and time travel see it.
+        """
+        run = _Run(self, view)
+        if run.state is P.NON_EXISTENT:
+            return view, []
+        if view.leader is None:
+            target = P.NEW
+        else:
+            target = P.ONLINE if view.leader >= 0 and view.leader in live else P.OFFLINE
+        run.reset_partition(target)
+        for r in view.replicas:
+            run.reset_replica(r, R.ONLINE if r in live else R.DELETION_INELIGIBLE)
+        if self._offline_after_reseed:
+            for r in view.replicas:
+                if run.replica(r) is R.DELETION_INELIGIBLE:
+                    run.replica_step(r, R.OFFLINE, Cause.FAILOVER_OFFLINE)
+        return replace(view, state=run.state, replica_states=run.replica_states), run.steps
+
+    # -- rules ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _assigned(run: _Run, view: PartitionView, event: MetadataEvent) -> None:
+        run.partition(P.NEW, Cause.ASSIGNMENT, only_from=P.NON_EXISTENT)
         new = event.replicas or ()
-        steps = [(r, R.NEW) for r in new if st(r) is R.NON_EXISTENT]
+        for r in new:
+            if run.replica(r) is R.NON_EXISTENT:
+                run.replica_step(r, R.NEW, Cause.ASSIGNMENT)
+        if event.replicas is None:
+            return
         for r in view.replicas:
-            if r not in new and st(r) is not R.NON_EXISTENT:
-                steps.extend((r, s) for s in _DELETE_CHAIN[st(r)])
-        return steps
-    if event.type is T.PARTITION_STATE_WRITTEN:
-        return _state_write_replica_steps(view, event, live_brokers)
-    if event.type is T.BROKER_DEREGISTERED and event.broker in view.replicas:
+            if r not in new:
+                for target in _DELETE_CHAIN[run.replica(r)]:
+                    run.replica_step(r, target, Cause.REASSIGNED_AWAY)
+
+    @staticmethod
+    def _written(run: _Run, view: PartitionView, event: MetadataEvent, live: Container[int]) -> None:
+        leader, epoch = event.leader, event.leader_epoch
+        if leader is not None and leader >= 0:
+            isr_only = run.state is P.ONLINE and leader == view.leader and epoch == view.leader_epoch
+            if not isr_only:
+                run.partition(P.ONLINE, Cause.LEADER_ELECTED if view.leader is not None else Cause.STATE_CREATED)
+        else:
+            run.partition(P.OFFLINE, Cause.NO_LEADER, unless=(P.OFFLINE,))
+        isr = event.isr or ()
+        for r in isr:
+            if run.replica(r) is not R.ONLINE:
+                run.replica_step(r, R.ONLINE, Cause.IN_ISR)
+        by_controller = epoch is not None and view.leader_epoch is not None and epoch > view.leader_epoch
+        for r in view.isr:
+            if r not in isr and run.replica(r) is R.ONLINE and (by_controller or r not in live):
+                run.replica_step(r, R.OFFLINE, Cause.OUT_OF_ISR)
+
+    @staticmethod
+    def _broker(run: _Run, view: PartitionView, event: MetadataEvent) -> None:
         b = event.broker
-        return [(b, R.OFFLINE)] if st(b) in (R.NEW, R.ONLINE) else []
-    if event.type is T.BROKER_REGISTERED and event.broker in view.replicas:
-        b = event.broker
-        return [(b, R.ONLINE)] if st(b) in (R.OFFLINE, R.DELETION_INELIGIBLE) else []
-    if event.type is T.TOPIC_DELETION_REQUESTED:
-        steps = []
+        if b is None or b not in view.replicas:
+            return
+        if event.type is T.BROKER_DEREGISTERED and run.replica(b) in (R.NEW, R.ONLINE):
+            run.replica_step(b, R.OFFLINE, Cause.BROKER_DEREGISTERED)
+        elif event.type is T.BROKER_REGISTERED and run.replica(b) in (R.OFFLINE, R.DELETION_INELIGIBLE):
+            run.replica_step(b, R.ONLINE, Cause.BROKER_REGISTERED)
+
+    @staticmethod
+    def _deletion_requested(run: _Run, view: PartitionView, live: Container[int]) -> None:
+        run.partition(P.OFFLINE, Cause.DELETION_REQUESTED, unless=(P.OFFLINE, P.NON_EXISTENT))
         for r in view.replicas:
-            if st(r) in (R.NON_EXISTENT, R.DELETION_STARTED, R.DELETION_SUCCESSFUL):
+            s = run.replica(r)
+            if s in (R.NON_EXISTENT, R.DELETION_STARTED, R.DELETION_SUCCESSFUL):
                 continue
-            if r in live_brokers:
-                steps += (
-                    [(r, R.OFFLINE), (r, R.DELETION_STARTED)]
-                    if st(r) is not R.OFFLINE
-                    else [(r, R.DELETION_STARTED)]
-                )
-            elif st(r) is not R.DELETION_INELIGIBLE:
-                steps.append((r, R.DELETION_INELIGIBLE))
-        return steps
-    if event.type in _DELETION_EVENTS:
-        return [(r, s) for r in sorted(states) for s in _DELETE_CHAIN[st(r)]]
-    return []
+            if r in live:
+                if s is not R.OFFLINE:
+                    run.replica_step(r, R.OFFLINE, Cause.DELETION_REQUESTED)
+                run.replica_step(r, R.DELETION_STARTED, Cause.DELETION_REQUESTED)
+            elif s is not R.DELETION_INELIGIBLE:
+                run.replica_step(r, R.DELETION_INELIGIBLE, Cause.DELETION_REQUESTED)
 
 
-def _state_write_replica_steps(
-    view: PartitionView, event: MetadataEvent, live_brokers: frozenset[int] | set[int]
-) -> list[tuple[int, ReplicaState]]:
-    states = view.replica_states
-    new_isr = set(event.isr or ())
-    steps: list[tuple[int, ReplicaState]] = []
-    leader = event.leader if event.leader is not None else -1
-    for r in view.replicas:
-        s = states.get(r, R.NON_EXISTENT)
-        if leader >= 0 and r in live_brokers and s in (R.NEW, R.OFFLINE):
-            steps.append((r, R.ONLINE))
-            continue
-        removed = r in view.isr and r not in new_isr
-        lost_leadership = leader == -1 and view.leader == r
-        if (removed or lost_leadership) and r not in live_brokers and s in (R.NEW, R.ONLINE):
-            steps.append((r, R.OFFLINE))
-    return steps
+class _Run:
+    """The running states of one ``PartitionFold`` step and the steps taken so far."""
+
+    def __init__(self, fold: PartitionFold, view: PartitionView) -> None:
+        self.fold = fold
+        self.state = view.state
+        self.replica_states = dict(view.replica_states)
+        self.steps: list[FoldStep] = []
+
+    def replica(self, r: int) -> ReplicaState:
+        return self.replica_states.get(r, R.NON_EXISTENT)
+
+    def partition(self, target: PartitionState, cause: Cause, *, unless: tuple[PartitionState, ...] = (),
+                  only_from: PartitionState | None = None) -> None:
+        if self.state in unless or (only_from is not None and self.state is not only_from):
+            return
+        legal = self.state in self.fold._p_valid[target]
+        self.steps.append(FoldStep(None, str(self.state), str(target), legal, cause))
+        if legal:
+            self.state = target
+
+    def replica_step(self, r: int, target: ReplicaState, cause: Cause) -> None:
+        before = self.replica(r)
+        legal = before in self.fold._r_valid[target]
+        self.steps.append(FoldStep(r, str(before), str(target), legal, cause))
+        if legal:
+            self.replica_states[r] = target
+
+    def reset_partition(self, target: PartitionState) -> None:
+        if self.state is not target:
+            self.steps.append(FoldStep(None, str(self.state), str(target), True, Cause.FAILOVER_RESEED))
+            self.state = target
+
+    def reset_replica(self, r: int, target: ReplicaState) -> None:
+        before = self.replica(r)
+        if before is not target:
+            self.steps.append(FoldStep(r, str(before), str(target), True, Cause.FAILOVER_RESEED))
+            self.replica_states[r] = target
 
 
 @dataclass(frozen=True)
@@ -471,25 +581,19 @@ class Reseed:
 
 
 def reseed_after_failover(
-    partitions: Mapping[PartitionKey, PartitionView], live_brokers: frozenset[int] | set[int]
+    partitions: Mapping[PartitionKey, PartitionView], live_brokers: Container[int],
+    kafka_version: str = DEFAULT_KAFKA_VERSION,
 ) -> Reseed:
-    """The controller's silent re-seeding on failover (kafka-zk-metadata.md §2).
-
-    PSM@3.8.0 l85-98 ``initializePartitionState``: Online if the ZK leader is alive, Offline if not, New if
-    there is no state znode. RSM@3.8.0 l36-70 ``initializeReplicaState``: Online if the broker is alive,
-    else ReplicaDeletionIneligible. Deleted (NonExistent) partitions and replicas stay absent.
-    """
+    """Every partition's and replica's state right after a failover (``PartitionFold.reseed`` over the views)."""
+    fold = PartitionFold(kafka_version)
     parts: dict[PartitionKey, PartitionState] = {}
     reps: dict[ReplicaKey, ReplicaState] = {}
     for key, view in partitions.items():
         if view.state is P.NON_EXISTENT:
             continue
-        if view.leader is None:
-            parts[key] = P.NEW
-        else:
-            parts[key] = P.ONLINE if view.leader >= 0 and view.leader in live_brokers else P.OFFLINE
-        for r in view.replicas:
-            reps[(key[0], key[1], r)] = R.ONLINE if r in live_brokers else R.DELETION_INELIGIBLE
+        after, _ = fold.reseed(view, live_brokers)
+        parts[key] = after.state
+        reps.update({(key[0], key[1], r): after.replica_states[r] for r in view.replicas})
     return Reseed(parts, reps)
 
 
@@ -500,20 +604,24 @@ class MetadataProjection(Projection):
 
     views: dict[PartitionKey, PartitionView] = field(default_factory=dict)
     live_brokers: set[int] = field(default_factory=set)
+    brokers_known: bool = False  # a broker event was seen: liveness means something (else no re-seed)
 
 
 def _affected(proj: MetadataProjection, event: MetadataEvent) -> list[PartitionKey]:
-    """Partitions an event touches: its own, all of its topic's (topic-level), or a broker's replicas."""
+    """Partitions an event touches: its own, all of its topic's (topic-level), or every known one (broker events
+    and elections; ``PartitionFold`` decides which of them change)."""
     if event.topic is not None and event.partition is not None:
         return [(event.topic, event.partition)]
     if event.topic is not None:
         return sorted(k for k in proj.views if k[0] == event.topic)
-    if event.broker is not None and event.type in (T.BROKER_REGISTERED, T.BROKER_DEREGISTERED):
-        return sorted(k for k, v in proj.views.items() if event.broker in v.replicas)
+    if event.type is T.CONTROLLER_ELECTED and not proj.brokers_known:
+        return []  # liveness unknown (history began without /brokers/ids): nothing to re-derive
+    if event.type in (T.BROKER_REGISTERED, T.BROKER_DEREGISTERED, T.CONTROLLER_ELECTED):
+        return sorted(proj.views)
     return []
 
 
-_PARTITION_EVENTS: Final = frozenset(
+FOLDED_EVENTS: Final = frozenset(
     {
         T.PARTITION_ASSIGNED,
         T.PARTITION_STATE_WRITTEN,
@@ -522,8 +630,10 @@ _PARTITION_EVENTS: Final = frozenset(
         T.TOPIC_DELETION_REQUESTED,
         T.BROKER_REGISTERED,
         T.BROKER_DEREGISTERED,
+        T.CONTROLLER_ELECTED,
     }
 )
+"""The metadata event types ``PartitionFold`` steps on."""
 
 
 def project_metadata(
@@ -534,95 +644,40 @@ def project_metadata(
     Events must be sorted by zxid (``OutOfOrderEventError`` otherwise). The pipelines mirror this.
     """
     proj = MetadataProjection()
+    fold = PartitionFold(kafka_version)
     last: int | None = None
     for event in events:
         last = _check_order(last, event.zxid)
         _track_brokers(proj, event)
-        if event.type is T.CONTROLLER_ELECTED:
-            _apply_reseed(proj, event, kafka_version)
-        elif event.type in _PARTITION_EVENTS:
-            for key in _affected(proj, event):
-                _apply_event(proj, key, event, kafka_version)
+        if event.type not in FOLDED_EVENTS:
+            continue
+        live = frozenset(proj.live_brokers)
+        for key in _affected(proj, event):
+            view, steps = fold.apply(proj.views.get(key, PartitionView()), event, live)
+            proj.views[key] = view
+            _record(proj, key, event.zxid, steps)
     return proj
+
+
+def _record(proj: MetadataProjection, key: PartitionKey, zxid: int, steps: list[FoldStep]) -> None:
+    topic, partition = key
+    for s in steps:
+        if s.replica is None:
+            proj.partition_transitions.append(
+                PartitionTransitionRecord(zxid, topic, partition, s.from_state, s.to_state, s.legal, str(s.cause)))
+            proj.partitions[key] = P(s.to_state) if s.legal else P(s.from_state)
+        else:
+            proj.replica_transitions.append(ReplicaTransitionRecord(
+                zxid, topic, partition, s.replica, s.from_state, s.to_state, s.legal, str(s.cause)))
+            proj.replicas[(topic, partition, s.replica)] = R(s.to_state) if s.legal else R(s.from_state)
 
 
 def _track_brokers(proj: MetadataProjection, event: MetadataEvent) -> None:
     if event.broker is None:
         return
-    if event.type is T.BROKER_REGISTERED:
+    if event.type in (T.BROKER_REGISTERED, T.BROKER_UPDATED):
         proj.live_brokers.add(event.broker)
+        proj.brokers_known = True
     elif event.type is T.BROKER_DEREGISTERED:
         proj.live_brokers.discard(event.broker)
-
-
-def _apply_event(
-    proj: MetadataProjection, key: PartitionKey, event: MetadataEvent, kafka_version: str
-) -> None:
-    view = proj.views.get(key, PartitionView())
-    live = frozenset(proj.live_brokers)
-    targets: list[PartitionTarget | ReplicaTarget] = []
-    p_target = infer_partition_target(view, event, live)
-    r_steps = infer_replica_targets(view, event, live)
-    cause = str(event.type)
-    if p_target is not None:
-        targets.append(PartitionTarget(event.zxid, key[0], key[1], p_target, cause))
-    targets.extend(ReplicaTarget(event.zxid, key[0], key[1], r, s, cause) for r, s in r_steps)
-    project(targets, kafka_version, proj)
-    replica_states = dict(view.replica_states)
-    for r, _ in r_steps:  # only the touched replicas changed: keeps the fold linear
-        replica_states[r] = proj.replicas[(key[0], key[1], r)]
-    proj.views[key] = _next_view(proj, key, view, event, replica_states)
-
-
-def _next_view(
-    proj: MetadataProjection,
-    key: PartitionKey,
-    view: PartitionView,
-    event: MetadataEvent,
-    replica_states: dict[int, ReplicaState],
-) -> PartitionView:
-    new = replace(
-        view,
-        state=proj.partitions.get(key, P.NON_EXISTENT),
-        replica_states=replica_states,
-    )
-    if event.type is T.PARTITION_ASSIGNED and event.replicas is not None:
-        new = replace(new, replicas=event.replicas)
-    elif event.type is T.PARTITION_STATE_WRITTEN:
-        new = replace(
-            new,
-            leader=event.leader,
-            leader_epoch=event.leader_epoch,
-            controller_epoch=event.controller_epoch,
-            isr=event.isr or (),
-        )
-    elif event.type in _DELETION_EVENTS:
-        # a recreated topic is a new incarnation: forget leader, epochs and assignment
-        new = PartitionView(state=new.state, replica_states=replica_states)
-    return new
-
-
-def _replicas_by_partition(proj: MetadataProjection) -> dict[PartitionKey, dict[int, ReplicaState]]:
-    grouped: dict[PartitionKey, dict[int, ReplicaState]] = {}
-    for (topic, partition, replica), state in proj.replicas.items():
-        grouped.setdefault((topic, partition), {})[replica] = state
-    return grouped
-
-
-def _apply_reseed(proj: MetadataProjection, event: MetadataEvent, kafka_version: str) -> None:
-    seed = reseed_after_failover(proj.views, proj.live_brokers)
-    proj.partitions.update(seed.partitions)
-    proj.replicas.update(seed.replicas)
-    if parse_kafka_version(kafka_version) >= (2, 3):
-        # 2.3+ (KAFKA-3143): the new controller moves replicas on dead brokers to OfflineReplica
-        moves = [
-            ReplicaTarget(event.zxid, k[0], k[1], k[2], R.OFFLINE, "failover:offline_replicas")
-            for k, s in sorted(seed.replicas.items())
-            if s is R.DELETION_INELIGIBLE
-        ]
-        project(moves, kafka_version, proj)
-    grouped = _replicas_by_partition(proj)
-    for key, view in proj.views.items():
-        proj.views[key] = replace(
-            view, state=proj.partitions.get(key, view.state), replica_states=grouped.get(key, {})
-        )
+        proj.brokers_known = True
