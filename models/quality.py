@@ -36,7 +36,7 @@ class Check(StrEnum):
 class Derived(StrEnum):
     """Derived boolean columns the runner computes before validation (name = column name)."""
 
-    LEGAL_FLAG_CONSISTENT = "_legal_flag_consistent"  # legal == (from, to) in Kafka's validPreviousStates
+    LEGAL_FLAG_CONSISTENT = "_legal_flag_consistent"  # legal == (from, to) in validPreviousStates; a re-seed: True
     PARTITION_KNOWN = "_partition_known"  # (cluster, topic, partition) appears in metadata_events
     TENURE_ORDERED = "_tenure_ordered"  # end_zxid >= start_zxid when both are known
 

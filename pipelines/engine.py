@@ -46,6 +46,7 @@ from pipelines.controller import (
     zk_split_brain,
 )
 from pipelines.decode import decode_table, decoded_znode_events, split_decoded
+from pipelines.fanout import fanned_events, fanout_rows, touched_by_fanout
 from pipelines.parallel import concat_or_empty, parallel_map
 from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
@@ -167,11 +168,12 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     history = [e for e in carried.global_events if e["event_id"] not in increment_ids]
     timeline = replay(cluster, history + global_rows, no_controller_threshold)
 
-    seeds = _touched_state(carried, meta_t)
+    seeds = _touched_state(carried, meta_t, timeline.ctx)
+    fanned = fanout_rows(meta_t, seeds[0], timeline.ctx)
     if meta is None:
-        fold = fold_local(meta_t, seeds, timeline.ctx, kafka_version)
+        fold = fold_local(meta_t, fanned, seeds, timeline.ctx, kafka_version)
     else:
-        folded = _fold(spark, meta, seeds, timeline.ctx, kafka_version).toArrow()
+        folded = _fold(spark, meta, fanned, seeds, timeline.ctx, kafka_version).toArrow()
         fold = {rec: folded.filter(pc.equal(folded["rec"], rec)) for rec in FOLD_RECORDS}
     if decoded_df is not None:
         decoded_df.unpersist()
@@ -282,21 +284,16 @@ def _merge_state(carried: pa.Table, new: pa.Table) -> pa.Table:
     return pa.concat_tables([kept.select(target.names).cast(target), new.select(target.names).cast(target)])
 
 
-def _touched_state(carried: Carried, meta_t: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The carried partition and replica state of the keys this increment touches (and of deleted topics)."""
+def _touched_state(carried: Carried, meta_t: pa.Table, ctx: GlobalContext) -> tuple[pa.Table, pa.Table]:
+    """The carried partition and replica state of the keys this increment touches: its own partitions and those
+    its topic deletions, broker (de)registrations and elections reach (``pipelines.fanout``)."""
     ps, rs = carried.partition_state, carried.replica_state
     if ps.num_rows == 0 and rs.num_rows == 0:
         return ps, rs
     keyed = meta_t.filter(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)))
     keyed_keys, ps_keys, rs_keys = _key_codes(keyed.filter(pc.is_valid(keyed["partition"])), ps, rs)
-    keys = pc.unique(keyed_keys)
-    deleted = pc.unique(keyed.filter(pc.and_(pc.equal(keyed["type"], "TOPIC_DELETED"),
-                                             pc.is_null(keyed["partition"])))["topic"])
-
-    def subset(state: pa.Table, state_keys: pa.Array) -> pa.Table:
-        return state.filter(pc.or_(pc.is_in(state_keys, keys), pc.is_in(state["topic"], deleted)))
-
-    return subset(ps, ps_keys), subset(rs, rs_keys)
+    touched = pc.or_(pc.is_in(ps_keys, pc.unique(keyed_keys)), touched_by_fanout(fanned_events(meta_t), ps, ctx))
+    return ps.filter(touched), rs.filter(pc.is_in(rs_keys, pc.unique(ps_keys.filter(touched))))
 
 
 def _dedupe(tbl: pa.Table) -> pa.Table:
@@ -347,30 +344,20 @@ FOLD_INPUT = T.StructType([
     T.StructField("controller_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
     T.StructField("replicas", T.ArrayType(T.IntegerType())), T.StructField("event_id", T.StringType()),
     T.StructField("state", T.StringType()), T.StructField("seed_replica_ids", T.ArrayType(T.IntegerType())),
-    T.StructField("seed_replica_states", T.ArrayType(T.StringType())),
+    T.StructField("seed_replica_states", T.ArrayType(T.StringType())), T.StructField("broker", T.IntegerType()),
 ])
 """One row of the keyed fold: an event (ord 1) or a touched key's carried state (ord 0, type SEED)."""
 FOLD_ORDER = ("topic", "partition", "ord", "zxid", "_seq", "event_id")
-TOPIC_FANOUT_SEQ = 1_000_000  # a topic deletion fanned out to its partitions sorts after that zxid's own rows
 
 
-def fold_local(meta_t: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
+def fold_local(meta_t: pa.Table, fanned: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
                kafka_version: str) -> dict[str, pa.Table]:
     """``_fold`` of a small increment in this process: the same rows, the same order, the same kernel; the records
-    by kind (``vector_fold.FOLD_RECORDS``)."""
+    by kind (``vector_fold.FOLD_RECORDS``). ``fanned``: ``fanout.fanout_rows`` of the increment."""
     carried_ps, carried_rs = seeds_t
     schema = to_arrow_schema(FOLD_INPUT)
     keyed = meta_t.filter(pc.and_(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta_t["partition"])))
-    # a topic deletion seen without its state znodes: fan out to every partition known for the topic
-    deleted = meta_t.filter(pc.and_(pc.equal(meta_t["type"], "TOPIC_DELETED"), pc.is_null(meta_t["partition"])))
-    known: dict[str, set[int]] = {}
-    for t in (keyed, carried_ps) if deleted.num_rows else ():
-        t = t.filter(pc.is_in(t["topic"], deleted["topic"]))
-        for topic, part in zip(t["topic"].to_pylist(), t["partition"].to_pylist(), strict=True):
-            known.setdefault(topic, set()).add(part)
-    fanned = [{**e, "partition": p, "_seq": e["_seq"] + TOPIC_FANOUT_SEQ}
-              for e in deleted.to_pylist() for p in sorted(known.get(e["topic"], ()))]
-    events = pa.concat_tables([_conform(keyed, schema, ord=1), _conform(pa.Table.from_pylist(fanned), schema, ord=1)])
+    events = pa.concat_tables([_conform(keyed, schema, ord=1), _conform(fanned, schema, ord=1)])
     reps = carried_rs.sort_by([("topic", "ascending"), ("partition", "ascending"), ("replica", "ascending"),
                                ("state", "ascending")])
     grouped = reps.group_by(["topic", "partition"], use_threads=False).aggregate([("replica", "list"), ("state", "list")])
@@ -439,22 +426,18 @@ def _conform(t: pa.Table, schema: pa.Schema, **values: Any) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _fold(spark: SparkSession, meta: DataFrame, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
-          kafka_version: str) -> DataFrame:
+def _fold(spark: SparkSession, meta: DataFrame, fanned: pa.Table, seeds_t: tuple[pa.Table, pa.Table],
+          ctx: GlobalContext, kafka_version: str) -> DataFrame:
     """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
     cols = FOLD_INPUT.fieldNames()
     carried_ps = arrow_df(spark, seeds_t[0], schema("partition_state"))
     carried_rs = arrow_df(spark, seeds_t[1], schema("replica_state"))
     keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
-    known_keys = keyed.select("topic", "partition").unionByName(carried_ps.select("topic", "partition")).distinct()
-    # a topic deletion seen without its state znodes: fan out to every partition known for the topic
-    topic_deleted = (meta.filter((F.col("type") == "TOPIC_DELETED") & F.col("partition").isNull())
-                     .drop("partition").join(known_keys, "topic")
-                     .withColumn("_seq", F.col("_seq") + F.lit(TOPIC_FANOUT_SEQ)))
-    events = (keyed.unionByName(topic_deleted.select(*keyed.columns))
-              .withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))
+    fanned_df = arrow_df(spark, _conform(fanned, to_arrow_schema(FOLD_INPUT), ord=1), FOLD_INPUT)
+    events = (keyed.withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))
               .withColumn("seed_replica_ids", F.lit(None).cast("array<int>"))
-              .withColumn("seed_replica_states", F.lit(None).cast("array<string>")))
+              .withColumn("seed_replica_states", F.lit(None).cast("array<string>"))
+              .select(*cols).unionByName(fanned_df.select(*cols)))
     touched = events.select("topic", "partition").distinct()
     reps = (carried_rs.groupBy("topic", "partition")
             .agg(F.sort_array(F.collect_list(F.struct("replica", "state"))).alias("_r"))
@@ -463,10 +446,11 @@ def _fold(spark: SparkSession, meta: DataFrame, seeds_t: tuple[pa.Table, pa.Tabl
     seeds = (carried_ps.join(touched, ["topic", "partition"], "left_semi")
              .join(reps, ["topic", "partition"], "left")
              .select("cluster", "topic", "partition", F.col("as_of_zxid").alias("zxid"), F.lit(0).alias("_seq"),
-                     F.lit(0).alias("ord"), "event_time", F.lit(SEED).alias("type"), "leader", "leader_epoch",
+                     F.lit(0).alias("ord"), "event_time", F.lit(SEED).alias("type"),
+                     F.lit(None).cast("int").alias("broker"), "leader", "leader_epoch",
                      "controller_epoch", "isr", "replicas", F.lit("").alias("event_id"), "state",
                      "seed_replica_ids", "seed_replica_states"))
-    rows = events.select(*cols).unionByName(seeds.select(*cols))
+    rows = events.unionByName(seeds.select(*cols))
     n = int(spark.conf.get("spark.sql.shuffle.partitions") or "2")
     ordered = rows.repartition(n, "topic", "partition").sortWithinPartitions(*FOLD_ORDER)
     return ordered.mapInArrow(_fold_fn(ctx, kafka_version), FOLD_OUT)

@@ -1,19 +1,16 @@
 """The keyed fold of both controller state machines, run once per key BUCKET (not per key).
 
-``fold_bucket`` walks rows already sorted by (topic, partition, ord, zxid, seq) - one Spark partition of
+``BucketFolder.fold`` walks rows already sorted by (topic, partition, ord, zxid, seq) - one Spark partition of
 keys - and carries each key's view (state, leader, ISR, replicas, replica states) from its seed row (the
-carried ``partition_state``/``replica_state``) through the increment's events. The step rule comes from
-``models.states`` via ``step_table``: an illegal step is emitted as a row with ``legal=False`` and
-leaves the state unchanged (Kafka 1.1+ logs and skips it). Inference of targets (kafka-zk-metadata.md §2):
+carried ``partition_state``/``replica_state``) through the increment's events. Every step comes from
+``models.fold.PartitionFold`` (the rules' one home, version-aware): an illegal step is emitted with
+``legal=False`` and leaves the state unchanged (Kafka 1.1+ logs and skips it). Events without a partition
+reach each key as rows of their own (``pipelines.fanout``): a topic deletion (request) for the topic's
+partitions, a broker (de)registration for the partitions it may host, a controller election (the silent
+re-seed) for every known partition.
 
-* partition: assignment of an unknown partition -> NewPartition; state write with leader >= 0 ->
-  OnlinePartition (unless it is an ISR-only write of an already online partition: no election happened);
-  leader -1 -> OfflinePartition; state znode / topic deleted -> OfflinePartition -> NonExistentPartition.
-* replica: assigned -> NewReplica; in the written ISR -> OnlineReplica; dropped from the ISR by the controller
-  (leader_epoch bumped) or while its broker is not registered -> OfflineReplica (a live follower the leader
-  drops from the ISR, same leader_epoch, stays OnlineReplica, as in the controller); topic deleted -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
-  -> NonExistentReplica.
-* controller failover re-seeds silently: nothing is inferred from /controller changes.
+This is the row-at-a-time fold: ``pipelines.vector_fold`` runs the same on numpy and falls back to it for
+rare rows (deletions, reassignments); the differential tests keep both equal.
 """
 
 from __future__ import annotations
@@ -24,27 +21,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from models.events import MetadataEvent, MetadataEventType
+from models.fold import PartitionFold, PartitionView
 from models.ids import step_id
-from models.states import (
-    DEFAULT_KAFKA_VERSION,
-    PartitionState,
-    ReplicaState,
-    partition_valid_previous,
-    replica_valid_previous,
-)
+from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
 
 P = PartitionState
 R = ReplicaState
 
-PARTITION_TYPES = ("PARTITION_ASSIGNED", "PARTITION_STATE_WRITTEN", "PARTITION_STATE_DELETED", "TOPIC_DELETED")
+PARTITION_TYPES = ("PARTITION_ASSIGNED", "PARTITION_STATE_WRITTEN", "PARTITION_STATE_DELETED", "TOPIC_DELETED",
+                   "TOPIC_DELETION_REQUESTED")
+"""Metadata event types folded per key (a topic-level one, without partition, is fanned out first)."""
+FANNED_GLOBAL_TYPES = ("CONTROLLER_ELECTED", "BROKER_REGISTERED", "BROKER_DEREGISTERED")
+"""Cluster-wide event types fanned out to the partitions they may change."""
 SEED = "_SEED"
-
-
-def step_table(kind: str, kafka_version: str = DEFAULT_KAFKA_VERSION) -> dict[tuple[str, str], bool]:
-    """(from, to) -> legal, for every pair of states of one machine (from models.states, version-aware)."""
-    table: Any = partition_valid_previous(kafka_version) if kind == "partition" else replica_valid_previous(kafka_version)
-    states = list(P) if kind == "partition" else list(R)
-    return {(str(s), str(t)): s in table[t] for s in states for t in states}
 
 
 @dataclass
@@ -59,6 +49,10 @@ class GlobalContext:
         i = bisect.bisect_right(self.epoch_zxids, zxid)
         return self.epoch_values[i - 1] if i else None
 
+    def brokers_known_at(self, zxid: int) -> bool:
+        """Whether any broker event happened at or before ``zxid`` (before that, liveness means nothing)."""
+        return any(points[0] and points[0][0] <= zxid for points in self.broker_points.values())
+
     def broker_live_at(self, broker: int, zxid: int) -> bool | None:
         """None when the timeline knows no broker at all (history started without /brokers/ids)."""
         if not self.broker_points:
@@ -70,9 +64,19 @@ class GlobalContext:
         return points[1][i - 1] if i else False
 
 
+class _LiveAt:
+    """The brokers registered at one zxid, as the ``Container`` ``PartitionFold`` asks."""
+
+    def __init__(self, ctx: GlobalContext, zxid: int) -> None:
+        self.ctx, self.zxid = ctx, zxid
+
+    def __contains__(self, broker: object) -> bool:
+        return isinstance(broker, int) and bool(self.ctx.broker_live_at(broker, self.zxid))
+
+
 @dataclass
 class KeyView:
-    """One partition's carried view while its rows are folded."""
+    """One partition's carried view while its rows are folded (the output fields; ``view()`` for the rules)."""
 
     cluster: str
     topic: str
@@ -86,7 +90,11 @@ class KeyView:
     as_of_zxid: int = -1
     event_time: datetime | None = None
     replica_states: dict[int, str] = field(default_factory=dict)
-    touched_replicas: set[int] = field(default_factory=set)
+
+    def view(self) -> PartitionView:
+        return PartitionView(P(self.state), tuple(self.replicas or ()), self.leader, self.leader_epoch,
+                             self.controller_epoch, tuple(self.isr or ()),
+                             {r: R(s) for r, s in self.replica_states.items()})
 
 
 class BucketFolder:
@@ -94,8 +102,7 @@ class BucketFolder:
 
     def __init__(self, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
         self.ctx = ctx
-        self.p_legal = step_table("partition", kafka_version)
-        self.r_legal = step_table("replica", kafka_version)
+        self.rules = PartitionFold(kafka_version)
 
     def fold(self, rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         view: KeyView | None = None
@@ -115,17 +122,24 @@ class BucketFolder:
         if kind == SEED:
             self._seed(v, row)
             return
-        steps: list[dict[str, Any]] = []
-        if kind == "PARTITION_ASSIGNED":
-            self._assigned(v, row, steps)
-        elif kind == "PARTITION_STATE_WRITTEN":
+        if kind == "PARTITION_STATE_WRITTEN":
             yield self._write_record(v, row)
-            self._written(v, row, steps)
+        after, steps = self.rules.apply(v.view(), _event(row), _LiveAt(self.ctx, row["zxid"]))
+        for n, step in enumerate(steps):
+            yield self._step_record(v, row, n, step.replica, step.from_state, step.to_state, step.legal, str(step.cause))
+        v.state = str(after.state)
+        v.replica_states = {r: str(s) for r, s in after.replica_states.items()}
+        if kind == "PARTITION_ASSIGNED" and row["replicas"] is not None:
+            v.replicas = list(row["replicas"])
+        elif kind == "PARTITION_STATE_WRITTEN":
+            v.leader, v.leader_epoch, v.controller_epoch = row["leader"], row["leader_epoch"], row["controller_epoch"]
+            v.isr = list(row["isr"] or [])
         elif kind in ("PARTITION_STATE_DELETED", "TOPIC_DELETED"):
-            self._deleted(v, row, steps)
+            # a recreated topic is a new incarnation: leader_epoch restarts at 0
+            v.leader = v.leader_epoch = v.controller_epoch = None
+            v.isr = v.replicas = None
         v.as_of_zxid = max(v.as_of_zxid, row["zxid"])
         v.event_time = row["event_time"] or v.event_time
-        yield from steps
 
     def _seed(self, v: KeyView, row: dict[str, Any]) -> None:
         v.state = row["state"] or str(P.NON_EXISTENT)
@@ -134,82 +148,20 @@ class BucketFolder:
         v.as_of_zxid, v.event_time = row["zxid"], row["event_time"]
         v.replica_states = dict(zip(row["seed_replica_ids"] or [], row["seed_replica_states"] or [], strict=True))
 
-    def _assigned(self, v: KeyView, row: dict[str, Any], steps: list[dict[str, Any]]) -> None:
-        if v.state == P.NON_EXISTENT:
-            steps.append(self._pstep(v, row, str(P.NEW), "assignment"))
-        replicas = list(row["replicas"] or [])
-        for r in replicas:
-            if v.replica_states.get(r, str(R.NON_EXISTENT)) == R.NON_EXISTENT:
-                steps.append(self._rstep(v, row, r, str(R.NEW), "assignment"))
-        v.replicas = replicas
-
-    def _written(self, v: KeyView, row: dict[str, Any], steps: list[dict[str, Any]]) -> None:
-        leader, epoch = row["leader"], row["leader_epoch"]
-        isr = list(row["isr"] or [])
-        if leader is not None and leader >= 0:
-            isr_only = v.state == P.ONLINE and leader == v.leader and epoch == v.leader_epoch
-            if not isr_only:
-                steps.append(self._pstep(v, row, str(P.ONLINE), "leader elected" if v.leader is not None else "state created"))
-        elif v.state != P.OFFLINE:
-            steps.append(self._pstep(v, row, str(P.OFFLINE), "no leader"))
-        for r in isr:
-            if v.replica_states.get(r) != R.ONLINE:
-                steps.append(self._rstep(v, row, r, str(R.ONLINE), "in isr"))
-        # a replica the controller takes out of the ISR goes Offline: its writes bump leader_epoch (writer 2 in
-        # kafka-zk-metadata.md §1: election, or removeReplicasFromIsr on OfflineReplica, e.g. a controlled
-        # shutdown), and so does a broker that is gone; the leader shrinking the ISR of a live follower that fell
-        # behind (writers 3/4, same leader_epoch) changes no replica state
-        by_controller = epoch is not None and v.leader_epoch is not None and epoch > v.leader_epoch
-        for r in v.isr or []:
-            if r not in isr and v.replica_states.get(r) == R.ONLINE and (
-                    by_controller or not self.ctx.broker_live_at(r, row["zxid"])):
-                steps.append(self._rstep(v, row, r, str(R.OFFLINE), "removed from isr"))
-        v.leader, v.leader_epoch, v.controller_epoch, v.isr = leader, epoch, row["controller_epoch"], isr
-
-    def _deleted(self, v: KeyView, row: dict[str, Any], steps: list[dict[str, Any]]) -> None:
-        if v.state not in (P.OFFLINE, P.NON_EXISTENT):
-            steps.append(self._pstep(v, row, str(P.OFFLINE), "topic deletion"))
-        if v.state != P.NON_EXISTENT:
-            steps.append(self._pstep(v, row, str(P.NON_EXISTENT), "topic deletion"))
-        for r in sorted(v.replica_states):
-            if v.replica_states[r] == R.NON_EXISTENT:
-                continue
-            if v.replica_states[r] != R.OFFLINE:
-                steps.append(self._rstep(v, row, r, str(R.OFFLINE), "topic deletion"))
-            for target in (R.DELETION_STARTED, R.DELETION_SUCCESSFUL, R.NON_EXISTENT):
-                steps.append(self._rstep(v, row, r, str(target), "topic deletion"))
-        # a recreated topic is a new incarnation: leader_epoch restarts at 0
-        v.leader = v.leader_epoch = v.controller_epoch = None
-        v.isr = v.replicas = None
-
-    # -- steps --------------------------------------------------------------------------------------------
-    def _pstep(self, v: KeyView, row: dict[str, Any], target: str, cause: str) -> dict[str, Any]:
-        before = v.state
-        legal = self.p_legal[(before, target)]
-        if legal:
-            v.state = target
-        n = row.setdefault("_nsteps", 0)
-        row["_nsteps"] = n + 1
-        return {
-            "rec": "pt", "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "zxid": row["zxid"],
+    # -- records ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _step_record(v: KeyView, row: dict[str, Any], n: int, replica: int | None, before: str, target: str,
+                     legal: bool, cause: str) -> dict[str, Any]:
+        machine = "pt" if replica is None else "rt"
+        rec = {
+            "rec": machine, "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "zxid": row["zxid"],
             "event_time": row["event_time"], "from_state": before, "to_state": target, "legal": legal,
-            "cause": cause, "event_id": step_id(row["event_id"], v.partition, "pt", n), "src_event_id": row["event_id"],
-        }
-
-    def _rstep(self, v: KeyView, row: dict[str, Any], replica: int, target: str, cause: str) -> dict[str, Any]:
-        before = v.replica_states.get(replica, str(R.NON_EXISTENT))
-        legal = self.r_legal[(before, target)]
-        if legal:
-            v.replica_states[replica] = target
-        v.touched_replicas.add(replica)
-        n = row.setdefault("_nsteps", 0)
-        row["_nsteps"] = n + 1
-        return {
-            "rec": "rt", "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "replica": replica,
-            "zxid": row["zxid"], "event_time": row["event_time"], "from_state": before, "to_state": target,
-            "legal": legal, "cause": cause, "event_id": step_id(row["event_id"], v.partition, "rt", n),
+            "cause": cause, "event_id": step_id(row["event_id"], v.partition, machine, n),
             "src_event_id": row["event_id"],
         }
+        if replica is not None:
+            rec["replica"] = replica
+        return rec
 
     def _write_record(self, v: KeyView, row: dict[str, Any]) -> dict[str, Any]:
         """A state write enriched with the view before it and the cluster context at its zxid (for detectors)."""
@@ -231,3 +183,12 @@ class BucketFolder:
         yield {**base, "rec": "ps", "state": v.state, "controller_epoch": v.controller_epoch}
         for r in sorted(v.replica_states):
             yield {**base, "rec": "rs", "replica": r, "state": v.replica_states[r]}
+
+
+def _event(row: dict[str, Any]) -> MetadataEvent:
+    """A fold row as the ``MetadataEvent`` ``PartitionFold`` steps on."""
+    isr, replicas = row["isr"], row["replicas"]
+    return MetadataEvent(
+        zxid=row["zxid"], type=MetadataEventType(row["type"]), leader=row["leader"], leader_epoch=row["leader_epoch"],
+        controller_epoch=row["controller_epoch"], isr=None if isr is None else tuple(isr),
+        replicas=None if replicas is None else tuple(replicas), broker=row.get("broker"))

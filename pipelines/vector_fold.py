@@ -27,10 +27,11 @@ from models.fold import (
     PARTITION_STATES_BY_CODE,
     REPLICA_CODES,
     REPLICA_STATES_BY_CODE,
+    Cause,
     legal_matrix,
     transition_matrix,
 )
-from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
+from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState, parse_kafka_version
 from pipelines.arrow_ids import step_ids
 from pipelines.list_kernels import flat, member_of_row, padded
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
@@ -38,13 +39,17 @@ from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-SLOW_TYPES = ("PARTITION_STATE_DELETED", "TOPIC_DELETED")
+SLOW_TYPES = ("PARTITION_STATE_DELETED", "TOPIC_DELETED", "TOPIC_DELETION_REQUESTED")
 P_NE, P_NEW, P_ON, P_OFF = (PARTITION_CODES[s] for s in (PartitionState.NON_EXISTENT, PartitionState.NEW,
                                                          PartitionState.ONLINE, PartitionState.OFFLINE))
-R_NE, R_NEW, R_ON, R_OFF = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT, ReplicaState.NEW,
-                                                       ReplicaState.ONLINE, ReplicaState.OFFLINE))
-CAUSES = pa.array(["", "assignment", "in isr", "removed from isr", "state created", "leader elected", "no leader"])
-C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_CREATED, C_ELECTED, C_NO_LEADER = range(1, 7)  # indexes into CAUSES
+R_NE, R_NEW, R_ON, R_OFF, R_DI = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT, ReplicaState.NEW,
+                                                             ReplicaState.ONLINE, ReplicaState.OFFLINE,
+                                                             ReplicaState.DELETION_INELIGIBLE))
+CAUSES = pa.array(["", *(str(c) for c in (Cause.ASSIGNMENT, Cause.IN_ISR, Cause.OUT_OF_ISR, Cause.STATE_CREATED,
+                                           Cause.LEADER_ELECTED, Cause.NO_LEADER, Cause.BROKER_REGISTERED,
+                                           Cause.BROKER_DEREGISTERED, Cause.FAILOVER_RESEED, Cause.FAILOVER_OFFLINE))])
+(C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_CREATED, C_ELECTED, C_NO_LEADER, C_REGISTERED, C_DEREGISTERED, C_RESEED,
+ C_FAILOVER_OFFLINE) = range(1, 11)  # indexes into CAUSES
 
 
 def int_codes(col: pa.Array | pa.ChunkedArray) -> IntArray:
@@ -157,16 +162,27 @@ class _Tables:
         self.r_assign = np.where(rs == R_NE, self.rm[R_NE, R_NEW], rs).astype(np.int8)
         self.r_in = np.where(rs == R_ON, rs, self.rm[:, R_ON]).astype(np.int8)
         self.r_out = np.where(rs == R_ON, self.rm[R_ON, R_OFF], rs).astype(np.int8)
+        self.r_dereg = np.where(np.isin(rs, (R_NEW, R_ON)), self.rm[:, R_OFF], rs).astype(np.int8)
+        self.r_reg = np.where(np.isin(rs, (R_OFF, R_DI)), self.rm[:, R_ON], rs).astype(np.int8)
+        self.r_di_offline = np.where(rs == R_DI, self.rm[R_DI, R_OFF], rs).astype(np.int8)  # 2.3+ after a re-seed
+        # a failover re-seed: a partition that exists becomes its re-derived state c (a replica: constant)
+        self.p_reseed = {c: np.where(ps == P_NE, ps, c).astype(np.int8) for c in (P_NEW, P_ON, P_OFF)}
         # every map a row can carry (a seed is the constant map of its carried state), as monoid ids
-        self.pmon = MapMonoid([_t(m) for m in (self.p_assign, self.p_online, self.p_online_same, self.p_offline)]
+        self.pmon = MapMonoid([_t(m) for m in (self.p_assign, self.p_online, self.p_online_same, self.p_offline,
+                                                *self.p_reseed.values())]
                               + [(s,) * len(ps) for s in range(len(ps))])
-        self.rmon = MapMonoid([_t(m) for m in (self.r_assign, self.r_in, self.r_out)]
+        self.rmon = MapMonoid([_t(m) for m in (self.r_assign, self.r_in, self.r_out, self.r_dereg, self.r_reg,
+                                                self.r_di_offline)]
                               + [(s,) * len(rs) for s in range(len(rs))])
+        self.p_reseed_ids = np.zeros(len(ps), np.int32)
+        for c, m in self.p_reseed.items():
+            self.p_reseed_ids[c] = self.pmon.id_of(m)
         self.p_ids = {name: self.pmon.id_of(m) for name, m in (("assign", self.p_assign), ("online", self.p_online),
                                                                ("online_same", self.p_online_same),
                                                                ("offline", self.p_offline))}
         self.r_ids = {name: self.rmon.id_of(m) for name, m in (("assign", self.r_assign), ("in", self.r_in),
-                                                               ("out", self.r_out))}
+                                                               ("out", self.r_out), ("dereg", self.r_dereg),
+                                                               ("reg", self.r_reg), ("di_offline", self.r_di_offline))}
 
 
 def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
@@ -174,6 +190,16 @@ def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
 
 
 FOLD_RECORDS = ("pt", "rt", "w", "ps", "rs")  # the fold's record kinds (its ``rec`` column), in output order
+
+
+_TABLES: dict[str, _Tables] = {}
+
+
+def _tables(kafka_version: str) -> _Tables:
+    """The tables of a Kafka version, built once (closing the monoids takes a few ms)."""
+    if kafka_version not in _TABLES:
+        _TABLES[kafka_version] = _Tables(kafka_version)
+    return _TABLES[kafka_version]
 
 
 def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
@@ -197,6 +223,7 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
         boundary[1:] = ~pc.fill_null(same, False).to_numpy(zero_copy_only=False)
     key = np.cumsum(boundary) - 1
     slow_row = pc.is_in(rows["type"], pa.array(SLOW_TYPES)).to_numpy(zero_copy_only=False)
+    slow_row |= _reassignments(rows, boundary)
     slow_key = np.zeros(key[-1] + 1, bool)
     slow_key[key[slow_row]] = True
     if slow_key.any():
@@ -209,9 +236,29 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
         rows = rows.filter(pa.array(~slow_key[key]))
         boundary = boundary[~slow_key[key]]
     if rows.num_rows:
-        for rec, table in _FastFold(rows, boundary, ctx, _Tables(kafka_version), schema).run().items():
+        offline_after_reseed = parse_kafka_version(kafka_version) >= (2, 3)
+        for rec, table in _FastFold(rows, boundary, ctx, _tables(kafka_version), schema,
+                                    offline_after_reseed).run().items():
             parts[rec].append(table)
     return {rec: pa.concat_tables(tables) if len(tables) != 1 else tables[0] for rec, tables in parts.items()}
+
+
+def _reassignments(rows: pa.Table, boundary: BoolArray) -> BoolArray:
+    """Assignment rows that follow an earlier assignment or seed of their key and drop one of its replicas
+    (a reassignment done: its deletion flow takes several steps per replica, which the row fold takes)."""
+    is_assign: BoolArray = pc.equal(rows["type"], "PARTITION_ASSIGNED").to_numpy(zero_copy_only=False)
+    if not is_assign.any():
+        return is_assign
+    has_replicas = is_assign | pc.equal(rows["type"], SEED).to_numpy(zero_copy_only=False)
+    before = _last_where(has_replicas, _segment_starts(boundary), inclusive=False)
+    src = np.nonzero(is_assign & (before >= 0))[0]
+    out = np.zeros(rows.num_rows, bool)
+    if not len(src):
+        return out
+    parents, values, _ = flat(pc.take(rows["replicas"], pa.array(before[src], pa.int64())))
+    dropped = ~member_of_row(values, src[parents], padded(rows["replicas"]))
+    out[src[parents[dropped]]] = True
+    return out
 
 
 PARTITION_NAMES = pa.array([str(x) for x in PARTITION_STATES_BY_CODE], pa.string())  # index = state code
@@ -231,8 +278,9 @@ class _FastFold:
     """One vectorised pass over rows of keys without deletions (``boundary`` marks each key's first row)."""
 
     def __init__(self, rows: pa.Table, boundary: BoolArray, ctx: GlobalContext, tables: _Tables,
-                 schema: pa.Schema) -> None:
+                 schema: pa.Schema, offline_after_reseed: bool) -> None:
         self.rows, self.ctx, self.t, self.schema = rows, ctx, tables, schema
+        self.offline_after_reseed = offline_after_reseed
         self.n = rows.num_rows
         self.start = _segment_starts(boundary)
         self.key_last = np.append(np.nonzero(boundary)[0][1:] - 1, self.n - 1)  # last row of each key
@@ -241,6 +289,9 @@ class _FastFold:
         self.is_seed = pc.equal(types, SEED).to_numpy(zero_copy_only=False)
         self.is_assign = pc.equal(types, "PARTITION_ASSIGNED").to_numpy(zero_copy_only=False)
         self.is_write = pc.equal(types, "PARTITION_STATE_WRITTEN").to_numpy(zero_copy_only=False)
+        self.is_elect = pc.equal(types, "CONTROLLER_ELECTED").to_numpy(zero_copy_only=False)
+        self.is_reg = pc.equal(types, "BROKER_REGISTERED").to_numpy(zero_copy_only=False)
+        self.is_dereg = pc.equal(types, "BROKER_DEREGISTERED").to_numpy(zero_copy_only=False)
         self.zxid = rows["zxid"].to_numpy()
         clusters = pc.unique(rows["cluster"])
         self.one_cluster = clusters[0] if len(clusters) == 1 and clusters.null_count == 0 else None
@@ -250,6 +301,7 @@ class _FastFold:
         self.lw_at = _last_where(self.is_write | self.is_seed, self.start, inclusive=True)
         self.lw_before = _last_where(self.is_write | self.is_seed, self.start, inclusive=False)
         self.ra_at = _last_where(self.is_assign | self.is_seed, self.start, inclusive=True)
+        self.p_before: IntArray = np.zeros(0, np.int64)  # each row's partition state before it (set by the scan)
 
     def _cluster(self, r: pa.Array) -> pa.Array:
         """``rows["cluster"]`` taken at ``r``: repeated when the rows hold one cluster (nearly always)."""
@@ -263,7 +315,7 @@ class _FastFold:
         return values
 
     def run(self) -> dict[str, pa.Table]:
-        pt_steps = self._partition_steps()
+        pt_steps = self._partition_steps()  # first: a re-seed of the replicas needs the partition's state
         rt_steps, finals_rs = self._replica_steps()
         pt, rt = self._number_steps(pt_steps, rt_steps)
         return {"pt": pt, "rt": rt, "w": self._writes(), "ps": self._partition_finals(pt_steps["final"]),
@@ -284,21 +336,41 @@ class _FastFold:
         ids[offline] = t.p_ids["offline"]
         seed_state = self._seed_states()
         ids[self.is_seed] = t.pmon.constants()[seed_state[self.is_seed]]  # a seed is the constant map of its state
+        reseed = self._reseed_targets(prev_leader)
+        ids[self.is_elect] = t.p_reseed_ids[reseed[self.is_elect]]
         after = t.pmon.maps[segmented_scan(ids, self.start, t.pmon.comp), P_NE].astype(np.int64)
         before = np.where(np.arange(n) > self.start, np.concatenate([[P_NE], after[:-1]]), P_NE)
+        self.p_before = before
         target = np.full(n, -1)
         target[self.is_assign & (before == P_NE)] = P_NEW
         target[online & ~(same & (before == P_ON))] = P_ON
         target[offline & (before != P_OFF)] = P_OFF
+        resets = self.is_elect & (before != P_NE) & (before != reseed)
+        target[resets] = reseed[resets]
         emitted = target >= 0
         cause = np.zeros(n, np.int64)
         cause[self.is_assign] = C_ASSIGNMENT
         cause[online] = np.where(np.isnan(prev_leader[online]), C_CREATED, C_ELECTED)
         cause[offline] = C_NO_LEADER
+        cause[self.is_elect] = C_RESEED
         rows = np.nonzero(emitted)[0]
+        legal = np.where(resets[rows], True, t.pl[before[rows], target[rows]])  # a re-seed validates nothing
         return {"row": rows, "slot": np.zeros(len(rows), np.int64), "replica": None,
-                "from": before[rows], "to": target[rows], "legal": t.pl[before[rows], target[rows]],
+                "from": before[rows], "to": target[rows], "legal": legal,
                 "cause": cause[rows], "final": after[self.key_last]}
+
+    def _reseed_targets(self, prev_leader: npt.NDArray[np.float64]) -> IntArray:
+        """Per election row: the partition state the new controller derives (PartitionFold.reseed): New
+        without a state znode, Online if the leader is registered, else Offline (P_NE on other rows)."""
+        out = np.full(self.n, P_NE, np.int64)
+        rows = np.nonzero(self.is_elect)[0]
+        if not len(rows):
+            return out
+        leader = prev_leader[rows]
+        has_leader = ~np.isnan(leader) & (leader >= 0)
+        live = self._live_at(np.where(has_leader, leader, -1).astype(np.int64), self.zxid[rows]) & has_leader
+        out[rows] = np.where(np.isnan(leader), P_NEW, np.where(live, P_ON, P_OFF))
+        return out
 
     def _seed_states(self) -> IntArray:
         """Each seed row's carried partition state code (P_NE elsewhere)."""
@@ -336,24 +408,36 @@ class _FastFold:
             keep &= by_controller | ~self._live_at(o_rep, self.zxid[o_rows])
             o_rows, o_rep, o_pos = o_rows[keep], o_rep[keep], o_pos[keep]
         isr_len = self._list_lengths("isr")
+        # broker (de)registrations: the broker's replica, when the partition's assignment holds it
+        b_rows, b_rep = self._broker_elements()
+        # failover re-seeds of existing partitions: each assigned replica, then (2.3+) Offline if ineligible
+        e_rows, e_rep, e_pos = self._explode("replicas", self.is_elect & (self.p_before != P_NE), row_of=self.ra_at)
+        e_const = np.where(self._live_at(e_rep, self.zxid[e_rows]), R_ON, R_DI)
+        m = e_const == R_DI if self.offline_after_reseed else np.zeros(len(e_rows), bool)
+        f_rows, f_rep, f_pos = e_rows[m], e_rep[m], e_pos[m]
+        replicas_len = self._list_lengths("replicas")
         kind = np.concatenate([np.full(len(s_rows), 0), np.full(len(a_rows), 1), np.full(len(i_rows), 2),
-                               np.full(len(o_rows), 3)])
-        row = np.concatenate([s_rows, a_rows, i_rows, o_rows])
-        rep = np.concatenate([s_rep, a_rep, i_rep, o_rep])
-        slot = np.concatenate([s_pos - 1_000_000, 1 + a_pos, 1 + i_pos, 1 + isr_len[o_rows] + o_pos])
+                               np.full(len(o_rows), 3), np.where(self.is_reg[b_rows], 5, 4), np.full(len(e_rows), 6),
+                               np.full(len(f_rows), 7)])
+        row = np.concatenate([s_rows, a_rows, i_rows, o_rows, b_rows, e_rows, f_rows])
+        rep = np.concatenate([s_rep, a_rep, i_rep, o_rep, b_rep, e_rep, f_rep])
+        slot = np.concatenate([s_pos - 1_000_000, 1 + a_pos, 1 + i_pos, 1 + isr_len[o_rows] + o_pos,
+                               np.ones(len(b_rows), np.int64), 1 + e_pos,
+                               1 + replicas_len[np.maximum(self.ra_at[f_rows], 0)] + f_pos])
         order = np.lexsort((slot, row, rep, self.key_of[row]))
         kind, row, rep, slot = kind[order], row[order], rep[order], slot[order]
-        # each seed element's carried state, carried through the sort
-        seed_const = np.concatenate([seed_codes, np.zeros(len(order) - len(seed_codes), np.int64)])[order]
+        # each seed element's carried state, and each re-seed element's derived one, carried through the sort
+        const = np.concatenate([seed_codes, np.zeros(len(a_rows) + len(i_rows) + len(o_rows) + len(b_rows), np.int64),
+                                e_const, np.zeros(len(f_rows), np.int64)])[order]
         boundary = np.ones(len(order), bool)
         if len(order) > 1:
             boundary[1:] = (self.key_of[row[1:]] != self.key_of[row[:-1]]) | (rep[1:] != rep[:-1])
         start = _segment_starts(boundary)
         ids = np.zeros(len(order), np.int32)  # the identity
-        ids[kind == 1] = t.r_ids["assign"]
-        ids[kind == 2] = t.r_ids["in"]
-        ids[kind == 3] = t.r_ids["out"]
-        ids[kind == 0] = t.rmon.constants()[seed_const[kind == 0]]
+        for k, name in ((1, "assign"), (2, "in"), (3, "out"), (4, "dereg"), (5, "reg"), (7, "di_offline")):
+            ids[kind == k] = t.r_ids[name]
+        constant = (kind == 0) | (kind == 6)
+        ids[constant] = t.rmon.constants()[const[constant]]
         after = t.rmon.maps[segmented_scan(ids, start, t.rmon.comp), R_NE].astype(np.int64)
         pos = np.arange(len(order))
         before = np.where(pos > start, np.concatenate([[R_NE], after[:-1]]) if len(after) else after, R_NE)
@@ -361,9 +445,15 @@ class _FastFold:
         target[(kind == 1) & (before == R_NE)] = R_NEW
         target[(kind == 2) & (before != R_ON)] = R_ON
         target[(kind == 3) & (before == R_ON)] = R_OFF
+        target[(kind == 4) & np.isin(before, (R_NEW, R_ON))] = R_OFF
+        target[(kind == 5) & np.isin(before, (R_OFF, R_DI))] = R_ON
+        resets = (kind == 6) & (before != const)
+        target[resets] = const[resets]
+        target[(kind == 7) & (before == R_DI)] = R_OFF
         emitted = target >= 0
         legal = np.zeros(len(order), bool)
         legal[emitted] = t.rl[before[emitted], target[emitted]]
+        legal[resets] = True  # a re-seed validates nothing
         # a replica is part of the final state once seeded or after its first legal step (as BucketFolder)
         present = (kind == 0) | (emitted & legal)
         seg_id = np.cumsum(boundary) - 1
@@ -371,12 +461,23 @@ class _FastFold:
         np.logical_or.at(seg_present, seg_id, present)
         seg_last = np.append(np.nonzero(boundary)[0][1:] - 1, len(order) - 1) if len(order) else np.zeros(0, np.int64)
         final_idx = seg_last[seg_present]
-        cause = np.array([0, C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR])[kind]
+        cause = np.array([0, C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_DEREGISTERED, C_REGISTERED, C_RESEED,
+                          C_FAILOVER_OFFLINE])[kind]
         e = np.nonzero(emitted)[0]
         steps = {"row": row[e], "slot": slot[e], "replica": rep[e], "from": before[e], "to": target[e],
                  "legal": legal[e], "cause": cause[e]}
         finals = self._replica_finals(row[final_idx], rep[final_idx], after[final_idx])
         return steps, finals
+
+    def _broker_elements(self) -> tuple[IntArray, IntArray]:
+        """(row, broker) of each broker (de)registration row whose partition's assignment holds the broker."""
+        rows = np.nonzero((self.is_reg | self.is_dereg) & (self.ra_at >= 0))[0]
+        if not len(rows) or "broker" not in self.rows.column_names:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        broker = pc.fill_null(pc.cast(pc.take(self.rows["broker"], pa.array(rows, pa.int64())), pa.int64()),
+                              -1).to_numpy(zero_copy_only=False)
+        held = member_of_row(broker, self.ra_at[rows], padded(self.rows["replicas"])) & (broker >= 0)
+        return rows[held], broker[held]
 
     def _list_lengths(self, column: str) -> IntArray:
         lengths: IntArray = pc.fill_null(pc.list_value_length(self.rows[column]), 0).to_numpy(

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from models import quality as mq
+from models.fold import Cause
 from models.states import (
     PARTITION_VALID_PREVIOUS,
     REPLICA_VALID_PREVIOUS_BEFORE_2_3,
@@ -138,7 +139,8 @@ def _pairs_column(from_col: Column, to_col: Column, pairs: Iterable[tuple[str, s
 
 
 def _legal_flag_consistent(df: DataFrame, table: str, kafka_version: str | None) -> DataFrame:
-    """legal must equal Kafka's table; without a version, pairs whose legality changed in 2.3 accept both."""
+    """legal must equal Kafka's table; without a version, pairs whose legality changed in 2.3 accept both. A
+    failover re-seed is no transition Kafka validates (the new controller re-initialises): always legal."""
     from pyspark.sql import functions as F
 
     if table == "partition_transitions":
@@ -152,7 +154,8 @@ def _legal_flag_consistent(df: DataFrame, table: str, kafka_version: str | None)
     fr, to, legal = F.col("from_state"), F.col("to_state"), F.col("legal")
     must_be_legal = _pairs_column(fr, to, always)
     may_be_legal = _pairs_column(fr, to, sometimes)
-    ok = F.when(must_be_legal, legal).when(may_be_legal, F.lit(True)).otherwise(~legal)
+    reseed = F.col("cause") == F.lit(str(Cause.FAILOVER_RESEED))
+    ok = F.when(reseed, legal).when(must_be_legal, legal).when(may_be_legal, F.lit(True)).otherwise(~legal)
     return df.withColumn(mq.Derived.LEGAL_FLAG_CONSISTENT.value, F.coalesce(ok, F.lit(False)))
 
 

@@ -23,6 +23,7 @@ ROW_SCHEMA = pa.schema([
     ("type", pa.string()), ("leader", pa.int32()), ("leader_epoch", pa.int32()), ("controller_epoch", pa.int32()),
     ("isr", pa.list_(pa.int32())), ("replicas", pa.list_(pa.int32())), ("event_id", pa.string()),
     ("state", pa.string()), ("seed_replica_ids", pa.list_(pa.int32())), ("seed_replica_states", pa.list_(pa.string())),
+    ("broker", pa.int32()),
 ])
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 brokers = st.integers(0, 4)
@@ -34,7 +35,7 @@ def key_rows(draw: Any, topic: str, partition: int, zxids: list[int], deletions:
     rows: list[dict[str, Any]] = []
     base = {"cluster": "c", "topic": topic, "partition": partition, "_seq": 0, "state": None,
             "seed_replica_ids": None, "seed_replica_states": None, "leader": None, "leader_epoch": None,
-            "controller_epoch": None, "isr": None, "replicas": None}
+            "controller_epoch": None, "isr": None, "replicas": None, "broker": None}
     if draw(st.booleans()):
         reps = sorted(set(draw(replica_list)))
         rows.append({**base, "zxid": draw(st.integers(0, 5)), "ord": 0, "type": SEED, "event_id": "",
@@ -47,7 +48,8 @@ def key_rows(draw: Any, topic: str, partition: int, zxids: list[int], deletions:
     for i in range(draw(st.integers(0, 9))):
         zxid = zxids.pop(0)
         kinds = ["PARTITION_ASSIGNED", "PARTITION_STATE_WRITTEN", "PARTITION_STATE_WRITTEN", "PARTITION_STATE_WRITTEN"]
-        kind = draw(st.sampled_from(kinds + ["PARTITION_STATE_DELETED"] * deletions))
+        kind = draw(st.sampled_from(kinds + ["CONTROLLER_ELECTED", "BROKER_REGISTERED", "BROKER_DEREGISTERED"]
+                                    + ["PARTITION_STATE_DELETED", "TOPIC_DELETION_REQUESTED"] * deletions))
         row = {**base, "zxid": zxid, "ord": 1, "type": kind, "event_id": f"e{zxid}",
                "event_time": draw(st.sampled_from([None, T0 + timedelta(seconds=zxid)]))}
         if kind == "PARTITION_ASSIGNED":
@@ -55,6 +57,8 @@ def key_rows(draw: Any, topic: str, partition: int, zxids: list[int], deletions:
         elif kind == "PARTITION_STATE_WRITTEN":
             row.update(leader=draw(st.integers(-1, 4)), leader_epoch=draw(st.integers(0, 3)),
                        controller_epoch=draw(st.integers(0, 3)), isr=draw(replica_list))
+        elif kind.startswith("BROKER"):
+            row["broker"] = draw(brokers)
         rows.append(row)
         del i
     return rows
