@@ -138,8 +138,9 @@ class BucketFolder:
             # a recreated topic is a new incarnation: leader_epoch restarts at 0
             v.leader = v.leader_epoch = v.controller_epoch = None
             v.isr = v.replicas = None
-        v.as_of_zxid = max(v.as_of_zxid, row["zxid"])
-        v.event_time = row["event_time"] or v.event_time
+        if steps or kind not in FANNED_GLOBAL_TYPES:  # an election or broker row dates the view only if it changed it
+            v.as_of_zxid = max(v.as_of_zxid, row["zxid"])
+            v.event_time = row["event_time"] or v.event_time
 
     def _seed(self, v: KeyView, row: dict[str, Any]) -> None:
         v.state = row["state"] or str(P.NON_EXISTENT)

@@ -302,6 +302,7 @@ class _FastFold:
         self.lw_before = _last_where(self.is_write | self.is_seed, self.start, inclusive=False)
         self.ra_at = _last_where(self.is_assign | self.is_seed, self.start, inclusive=True)
         self.p_before: IntArray = np.zeros(0, np.int64)  # each row's partition state before it (set by the scan)
+        self.dates_view: BoolArray = np.ones(self.n, bool)  # rows whose zxid dates the key's view (set by run)
 
     def _cluster(self, r: pa.Array) -> pa.Array:
         """``rows["cluster"]`` taken at ``r``: repeated when the rows hold one cluster (nearly always)."""
@@ -316,7 +317,13 @@ class _FastFold:
 
     def run(self) -> dict[str, pa.Table]:
         pt_steps = self._partition_steps()  # first: a re-seed of the replicas needs the partition's state
-        rt_steps, finals_rs = self._replica_steps()
+        rt_steps, replica_finals = self._replica_steps()
+        # an election or broker row reaches every partition that might change: it dates a key's view only
+        # where it did change something (which partitions it reaches depends on how history is chunked)
+        stepped = np.zeros(self.n, bool)
+        stepped[pt_steps["row"]] = stepped[rt_steps["row"]] = True
+        self.dates_view = ~(self.is_elect | self.is_reg | self.is_dereg) | stepped
+        finals_rs = self._replica_finals(*replica_finals)
         pt, rt = self._number_steps(pt_steps, rt_steps)
         return {"pt": pt, "rt": rt, "w": self._writes(), "ps": self._partition_finals(pt_steps["final"]),
                 "rs": finals_rs}
@@ -392,7 +399,7 @@ class _FastFold:
         parents, values, position = flat(pc.take(self.rows[column], pa.array(read_from, pa.int64())))
         return src[parents], values, position
 
-    def _replica_steps(self) -> tuple[dict[str, Any], pa.Table]:
+    def _replica_steps(self) -> tuple[dict[str, Any], tuple[IntArray, IntArray, IntArray]]:
         t = self.t
         # seeds: each carried replica's state as a constant map; not a step
         s_rows, s_rep, s_pos = self._explode("seed_replica_ids", self.is_seed)
@@ -466,8 +473,7 @@ class _FastFold:
         e = np.nonzero(emitted)[0]
         steps = {"row": row[e], "slot": slot[e], "replica": rep[e], "from": before[e], "to": target[e],
                  "legal": legal[e], "cause": cause[e]}
-        finals = self._replica_finals(row[final_idx], rep[final_idx], after[final_idx])
-        return steps, finals
+        return steps, (row[final_idx], rep[final_idx], after[final_idx])
 
     def _broker_elements(self) -> tuple[IntArray, IntArray]:
         """(row, broker) of each broker (de)registration row whose partition's assignment holds the broker."""
@@ -574,9 +580,10 @@ class _FastFold:
         }
 
     def _key_as_of_and_time(self) -> tuple[IntArray, IntArray]:
-        """Per key: the highest zxid of its rows, and the row of its last non-null event_time (-1 if none)."""
-        as_of = np.maximum.reduceat(self.zxid, np.nonzero(self.start == np.arange(self.n))[0])
-        has_time = pc.is_valid(self.rows["event_time"]).to_numpy(zero_copy_only=False)
+        """Per key: the highest zxid of the rows that date its view (``dates_view``), and the row of their last
+        non-null event_time (-1 if none)."""
+        as_of = np.maximum.reduceat(np.where(self.dates_view, self.zxid, -1), np.nonzero(self.start == np.arange(self.n))[0])
+        has_time = pc.is_valid(self.rows["event_time"]).to_numpy(zero_copy_only=False) & self.dates_view
         last_time = _last_where(has_time, self.start, inclusive=True)[self.key_last]
         return as_of, last_time
 
