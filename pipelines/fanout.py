@@ -67,8 +67,7 @@ def fanout_rows(meta: pa.Table, carried_ps: pa.Table, ctx: GlobalContext) -> pa.
     keyed = meta.filter(pc.and_(pc.is_in(meta["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta["partition"])))
     known = _known_partitions(keyed, carried_ps)
     k_topic, k_first = known["topic"].to_pylist(), known["first_zxid"].to_numpy()
-    has_broker_events = pc.any(pc.is_in(events["type"], pa.array(BROKER_TYPES))).as_py()
-    hosts = _hosts(keyed, carried_ps, known) if has_broker_events else {}
+    hosts: dict[int, np.ndarray] | None = None  # built on the first broker event that reaches a partition
     event_rows: list[np.ndarray] = []
     key_rows: list[np.ndarray] = []
     topic_arr = np.array(k_topic, dtype=object)
@@ -78,7 +77,8 @@ def fanout_rows(meta: pa.Table, carried_ps: pa.Table, ctx: GlobalContext) -> pa.
         reach = k_first < zxid
         if kind in TOPIC_LEVEL_TYPES:
             reach &= topic_arr == topic
-        elif kind in BROKER_TYPES:
+        elif kind in BROKER_TYPES and reach.any():
+            hosts = _hosts(keyed, carried_ps, known) if hosts is None else hosts
             reach &= hosts.get(broker, np.zeros(len(k_first), bool))
         elif not ctx.brokers_known_at(zxid):  # an election before any broker event: nothing to re-derive
             continue
