@@ -130,3 +130,30 @@ def test_state_at_zxid_answers_from_the_lake(spark: Any, lake: Any) -> None:
     assert [(p["leader"], p["isr"], p["state"]) for p in before["partitions"]] == [(1, [1, 2], "OnlinePartition")]
     assert [(p["leader"], p["leader_epoch"], p["isr"]) for p in after["partitions"]] == [(2, 1, [2])]
     assert state_at(meta, tr, zxid=2)["partitions"] == []
+
+
+def test_a_failover_reseeds_what_the_new_controller_sees_and_time_travel_shows_it(spark: Any, lake: Any) -> None:
+    """The leader's broker vanished and no controller reacted (the old one lost its session): the next controller
+    re-derives the partition Offline and the replica ineligible, then Offline (2.3+), without logging anything."""
+    from pipelines.time_travel import state_at
+
+    h = clean_history()  # brokers 1, 2; controller 1 epoch 1; t-0 on [1, 2], leader 1
+    h.broker(1, op="DELETE")
+    h.add("/controller", "DELETE")
+    h.controller(2, 2)
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    rebuild(spark, lake)
+    assert _kinds(lake) == []
+    failover = max(r["zxid"] for r in _rows(lake, "metadata_events") if r["type"] == "CONTROLLER_ELECTED")
+    pt = [(r["from_state"], r["to_state"], r["legal"], r["cause"]) for r in _rows(lake, "partition_transitions")
+          if r["zxid"] == failover]
+    assert pt == [("OnlinePartition", "OfflinePartition", True, "failover reseed")]
+    rt = sorted((r["replica"], r["from_state"], r["to_state"], r["cause"]) for r in _rows(lake, "replica_transitions")
+                if r["zxid"] >= failover)
+    assert rt == [(1, "OfflineReplica", "ReplicaDeletionIneligible", "failover reseed"),
+                  (1, "ReplicaDeletionIneligible", "OfflineReplica", "failover: replica on a dead broker")]
+    assert [(r["replica"], r["state"]) for r in _rows(lake, "replica_state")] == [(1, "OfflineReplica"),
+                                                                                  (2, "OnlineReplica")]
+    meta, tr = _rows(lake, "metadata_events"), _rows(lake, "partition_transitions")
+    assert [p["state"] for p in state_at(meta, tr, zxid=failover - 1)["partitions"]] == ["OnlinePartition"]
+    assert [p["state"] for p in state_at(meta, tr, zxid=failover)["partitions"]] == ["OfflinePartition"]
