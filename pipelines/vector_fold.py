@@ -5,11 +5,14 @@ with a ``rec`` discriminator) and the same rules, but without a Python call per 
 
 * every row is a function on the tiny state set (an illegal step leaves the state unchanged, so a target ``t``
   maps ``s -> M[s][t]`` with ``M = models.fold.transition_matrix``); a seed row is the constant function of
-  its carried state. A segmented prefix composition (Hillis-Steele doubling, log2(longest key) numpy passes)
-  gives the state before every row of every key at once.
-* the replica machine runs the same scan over rows exploded per (partition, replica).
-* keys with a deletion in the increment (rare: topic deletion fans out over every replica ever seen) go
-  through ``BucketFolder`` row by row; ``tests/unit/test_vector_fold.py`` checks both agree on random histories.
+  its carried state, a failover re-seed "keep NonExistent, else the re-derived state". A segmented prefix
+  composition (Hillis-Steele doubling, log2(longest key) numpy passes) gives the state before every row of
+  every key at once.
+* the replica machine runs the same scan over rows exploded per (partition, replica): seeds, assignments, ISR
+  entries and removals, a broker (de)registration's replica, a re-seed's constant per assigned replica.
+* keys with a deletion (request) or a reassignment that drops a replica in the increment (rare: their deletion
+  flow takes several steps per replica) go through ``BucketFolder`` row by row; ``tests/unit/test_vector_fold.py``
+  checks both agree on random histories.
 """
 
 from __future__ import annotations
@@ -275,7 +278,8 @@ def _state_codes(names: pa.Array, by_code: pa.Array) -> pa.Array:
 
 
 class _FastFold:
-    """One vectorised pass over rows of keys without deletions (``boundary`` marks each key's first row)."""
+    """One vectorised pass over rows of keys without deletions or reassignments (``boundary`` marks each key's
+    first row)."""
 
     def __init__(self, rows: pa.Table, boundary: BoolArray, ctx: GlobalContext, tables: _Tables,
                  schema: pa.Schema, offline_after_reseed: bool) -> None:
