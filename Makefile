@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java browser test lint demo bench dist clean zk-start zk-status zk-stop
+.PHONY: help venv java maven jars browser test lint demo bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
@@ -32,6 +32,23 @@ java:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } \
 	  || { echo "error: Java 17+ is required for Spark and ZooKeeper; install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; }; fi
 
+maven:
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "installing Debian's maven to fetch the pinned JVM artifacts (once)"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null; } \
+	  || { echo "error: Maven is required once to fetch the JVM artifacts; install it with: apt-get install -y maven"; exit 1; }; }
+
+# Every pinned JVM artifact set (jvm/<name>/pom.xml + sha256sums: Delta's Spark connector, Kafka brokers)
+# into .jvm/<name>/. A set already installed is not fetched again: after the first run this is offline.
+JVM_SETS := $(patsubst jvm/%/pom.xml,%,$(wildcard jvm/*/pom.xml))
+JVM_STAMPS := $(foreach s,$(JVM_SETS),.jvm/$(s)/.installed)
+
+jars: $(JVM_STAMPS)
+
+.jvm/%/.installed: jvm/%/pom.xml jvm/%/sha256sums
+	@$(MAKE) -s maven
+	jvm/install.sh $*
+
 # The report test renders the HTML in a real headless Chromium (Debian's package).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -43,16 +60,16 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: venv java browser lint
+test: venv java jars browser lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
-demo: venv java
+demo: venv java jars
 	$(VENV)/bin/zkledger --lake $(LAKE) demo
 
-bench: venv java
+bench: venv java jars
 	$(VENV)/bin/python -m benchmarks.run_all
 
-dist: venv
+dist: venv jars
 	rm -rf dist && mkdir -p dist
 	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lakehouse simulator -x '*__pycache__*'
 	@echo "built dist/zkledger.zip"
@@ -68,4 +85,4 @@ zk-stop: venv
 	$(VENV)/bin/zkledger --lake $(LAKE) zk stop
 
 clean:
-	rm -rf $(VENV) dist build *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) .jvm dist build *.egg-info .mypy_cache .ruff_cache

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conf.settings import Settings
+from zkledger.jvm import DELTA, installed_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 # Spark's default log4j2 profile prints a banner and INFO startup lines before setLogLevel can run; a config of
 # our own keeps the console at WARN from the first line and mutes known-harmless warnings.
@@ -47,8 +50,10 @@ logger.zookeeper.level = error
 def build_spark(settings: Settings, app_name: str | None = None) -> SparkSession:
     """Build (or reuse) the SparkSession configured from `settings.spark`.
 
-    The session runs Python workers with this interpreter (otherwise UDFs fail with `No module named ...`),
-    uses the RocksDB state store (required by transformWithStateInPandas), UTC, no UI and quiet logs.
+    The session has Delta Lake's connector (the pinned jars of `make jars`, its SQL extension and catalog, as
+    delta-spark's ``configure_spark_with_delta_pip`` sets up), runs Python workers with this interpreter
+    (otherwise UDFs fail with `No module named ...`), uses the RocksDB state store (required by
+    transformWithStateInPandas), UTC, no UI and quiet logs.
     """
     from pyspark.sql import SparkSession
 
@@ -85,6 +90,10 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
     log4j = _log4j2_file(settings.spark.log_level.upper())
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
     conf = {
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        # Delta rebuilds a snapshot's state with this many tasks (default 50: slow for small metadata tables)
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark.shuffle_partitions),
         "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.session.timeZone": "UTC",
@@ -96,6 +105,10 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # launched by spark-submit, the jars come from its --jars/--packages (they must be on the JVM's
+        # classpath before it starts); otherwise the project's pinned, installed copy
+        conf["spark.jars"] = ",".join(str(p) for p in installed_jars(DELTA))
     if (master or settings.spark.master).startswith("local"):
         # loopback only: no hostname lookups, no "resolves to a loopback address" warning
         conf["spark.driver.host"] = "127.0.0.1"

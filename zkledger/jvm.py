@@ -1,0 +1,35 @@
+"""Where the pinned JVM artifact sets live once `make jars` (jvm/install.sh) has installed them.
+
+Each set is declared in ``jvm/<name>/pom.xml`` with its jars' checksums in ``jvm/<name>/sha256sums`` and installed
+into ``.jvm/<name>/`` at the project root: Delta Lake's Spark connector (``delta``) and the Kafka brokers the
+real-cluster lab runs. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from zkledger.errors import UserError
+
+DELTA = "delta"
+"""The set holding Delta Lake's Spark connector (delta-spark_4.1_2.13 and what Spark does not ship)."""
+
+JVM_HOME_ENV = "ZKLEDGER_JVM_DIR"
+"""Overrides where installed sets are looked for (default: ``<project root>/.jvm``)."""
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def jvm_dir() -> Path:
+    return Path(os.environ.get(JVM_HOME_ENV) or PROJECT_ROOT / ".jvm")
+
+
+def installed_jars(name: str) -> list[Path]:
+    """The jars of an installed set, sorted; a one-line error naming the install command when it is missing."""
+    folder = jvm_dir() / name
+    jars = sorted(folder.glob("*.jar")) if (folder / ".installed").is_file() else []
+    if not jars:
+        raise UserError(f"the JVM artifacts '{name}' are not installed in {folder}: run `make jars` "
+                        f"(or jvm/install.sh {name}) once, with Maven Central reachable")
+    return jars
