@@ -1,7 +1,9 @@
 """Pure parser for Kafka controller.log / state-change.log / server.log (Kafka 0.8 … 3.9).
 
-No I/O: feed it lines, get ``ParsedRecord`` and ``RejectedLine`` objects back. Templates are
-those of kafka-zk-metadata.md §4. Rules:
+No I/O: feed it lines, get ``ParsedRecord`` and ``RejectedLine`` objects back. Every record names the
+``LogTemplate`` it was written from (docs/log-templates.md, the census of Kafka's own log statements,
+0.8 … 3.9). ``classify_line`` names one line's template; ``census`` counts a whole text per template and
+lists the unknown lines that mention a partition, leader, ISR or epoch. Rules:
 
 * A record starts at a line with a recognised layout: ``[ts] LEVEL msg (logger)`` (log4j
   ``[%d] %p %m (%c)``) or ``ts LEVEL logger[:line] - msg``. Any other line continues the
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from models.decisions import NOT_TEMPLATES, LogTemplate
 from models.decisions import DecisionKind as K
 from models.events import int32_problem
 from models.states import PartitionState, ReplicaState
@@ -70,6 +73,7 @@ class ParsedRecord:
     logger: str | None
     kind: K
     message: str
+    template: LogTemplate = LogTemplate.UNKNOWN
     controller_id: int | None = None
     controller_epoch: int | None = None
     broker_id: int | None = None
@@ -141,7 +145,12 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\[Controller id=(?P<cid>\d+) epoch=(?P<ep>\d+)\]\s"),
     re.compile(r"^\[Controller id=(?P<cid>\d+)\]\s"),
     re.compile(r"^\[Broker id=(?P<bid>\d+)\]\s"),
-    re.compile(r"^\[ControllerEventThread controllerId=(?P<cid>\d+)\]\s"),
+    re.compile(r"^\[(?:ControllerEventThread|RequestSendThread) controllerId=(?P<cid>\d+)\]\s"),
+    re.compile(r"^\[Controller id=(?P<cid>\d+), targetBrokerId=\d+\]\s"),
+    re.compile(r"^\[Partition (?P<tp>[\w.-]+-\d+) broker=(?P<bid>\d+)\]\s"),
+    re.compile(r"^Partition (?P<tp>\[[\w.-]+,\d+\]) on broker (?P<bid>\d+):\s"),
+    re.compile(r"^\[(?:OfflinePartition|ReassignedPartition|PreferredReplicaPartition|ControlledShutdown|NoOp)"
+               r"LeaderSelector\]:\s"),
     re.compile(r"^\[Controller (?P<cid>\d+)\]:?\s"),
     re.compile(r"^\[[^\]]*?\bon [Cc]ontroller (?P<cid>\d+)\]:?\s"),
     re.compile(r"^\[Controller-(?P<cid>\d+)-to-broker-\d+-send-thread\],?\s"),
@@ -163,6 +172,8 @@ def strip_prefix(msg: str, rec: ParsedRecord) -> str:
                 rec.controller_epoch = int(groups["ep"])
             if groups.get("bid") is not None:
                 rec.broker_id = int(groups["bid"])
+            if groups.get("tp") is not None:  # kafka.cluster.Partition names its partition in the prefix
+                _set_tp(rec, groups["tp"])
             return msg[m.end():]
     return msg
 
@@ -214,6 +225,9 @@ def parse_leader_and_isr(text: str) -> dict[str, Any] | None:
     ``isrWithBrokerEpoch=List(BrokerState(brokerId=2, brokerEpoch=-1), ...)`` form. None when
     no complete (closed) state is present.
     """
+    m = _JSON_STATE.search(text)
+    if m:  # 0.8-1.0 LeaderAndIsr.toString: {"leader":2,"leader_epoch":1,"isr":[2,3]}
+        return {"leader": int(m["leader"]), "leader_epoch": int(m["lep"]), "isr": _ints(m["isr"])}
     for opener in ("LeaderAndIsr(", "PartitionState(", "LeaderIsrAndControllerEpoch("):
         pos = text.find(opener)
         if pos >= 0:
@@ -224,6 +238,9 @@ def parse_leader_and_isr(text: str) -> dict[str, Any] | None:
         body = _balanced(text, pos)
         return _colon_state(body) if body is not None else None
     return None
+
+
+_JSON_STATE = re.compile(r'\{"leader":(?P<leader>-?\d+),"leader_epoch":(?P<lep>-?\d+),"isr":\[(?P<isr>[\d,]*)\]\}')
 
 
 def _kv_state(body: str) -> dict[str, Any]:
@@ -344,15 +361,16 @@ _ISR_REMOVAL = re.compile(
     rf"^Partition {_TP} state changed to (?P<state>\(Leader:[^()]*\)) after removing replica (?P<replica>\d+) "
     rf"from the ISR as part of transition to {_STATE.format('to')}$"
 )
-_ELECTED_LEADER_1_0 = re.compile(rf"^Elected leader (?P<leader>-?\d+) for Offline partition {_TP}$")
+_ELECTED_LEADER = re.compile(rf"^{_CTRL}[Ee]lected leader (?P<leader>-?\d+) for Offline partition {_TP}$")
 _ELECTION_STARTED = re.compile(rf"^{_CTRL}started leader election for partition {_TP}$")
 _ELECTION_FAILED = re.compile(
     rf"^{_CTRL}encountered error while electing leader for partition {_TP} due to: (?P<cause>.+)$"
 )
 _LEADER_STARTS = re.compile(
-    rf"^Leader {_TP} starts at (?:leader )?epoch (?P<lep>\d+) from offset \d+"
-    r"(?: with high watermark \d+)?(?: ISR (?P<isr>\[[\d, ]*\]|[\d,]*))?(?:\s.*)?$"
+    rf"^(?:Leader )?{_TP}(?: with topic id \S+)? starts at (?:[Ll]eader )?[Ee]poch (?P<lep>\d+) from offset \d+"
+    r"(?P<rest>\W.*)?$"
 )
+_ISR_IN_TEXT = re.compile(r"\bISR (?P<isr>\[[\d, ]*\]|\d+(?:,\d+)*)")
 _CONTROLLER_ELECTED = re.compile(
     r"^(?P<cid>\d+) successfully elected as (?:the controller|leader)"
     r"(?:\. Epoch incremented to (?P<ep>\d+) and epoch zk version is now (?P<zkv>\d+))?$"
@@ -360,7 +378,7 @@ _CONTROLLER_ELECTED = re.compile(
 _EPOCH_INCREMENTED = re.compile(
     r"^(?:Controller (?P<cid>\d+) incremented epoch to|Incremented epoch to|Epoch incremented to) (?P<ep>\d+)$"
 )
-_READY = re.compile(r"^Ready to serve as the new controller with epoch (?P<ep>\d+)$")
+_READY = re.compile(r"^(?:Broker \d+ is r|R)eady to serve as the new controller with epoch (?P<ep>\d+)$")
 _RESIGNED = re.compile(r"^(?:Resigned|Resigning|Forcing the controller to resign|Broker (?P<cid>\d+) resigned as the controller)$")
 _MOVED = re.compile(r"^Controller moved to another broker(?: when processing (?P<event>.+))?\.?.*$")
 _FAILOVER_STEPS = re.compile(
@@ -423,11 +441,46 @@ _ZK_EXPIRED = re.compile(r"^(?:ZK expired; shut down all controller components a
 
 
 def classify(msg: str, rec: ParsedRecord) -> None:
-    """Fill ``rec.kind`` and the template's fields from a prefix-free message (pure)."""
+    """Fill ``rec.kind``, ``rec.template`` and the template's fields from a prefix-free message (pure)."""
     for matcher in _MATCHERS:
         if matcher(msg, rec):
+            if rec.template is LogTemplate.UNKNOWN:
+                rec.template = _KIND_TEMPLATE[rec.kind]
             return
-    rec.kind = K.OTHER
+    rec.kind, rec.template = K.OTHER, LogTemplate.UNKNOWN
+
+
+_KIND_TEMPLATE: dict[K, LogTemplate] = {
+    K.PARTITION_TRANSITION: LogTemplate.PARTITION_STATE_CHANGE,
+    K.REPLICA_TRANSITION: LogTemplate.REPLICA_STATE_CHANGE,
+    K.PARTITION_TRANSITION_FAILED: LogTemplate.PARTITION_CHANGE_FAILED,
+    K.REPLICA_TRANSITION_FAILED: LogTemplate.REPLICA_CHANGE_FAILED,
+    K.INVALID_TRANSITION: LogTemplate.INVALID_PREVIOUS_STATE,
+    K.ZOMBIE_ABORT: LogTemplate.ZOMBIE_ABORT,
+    K.ISR_REMOVAL: LogTemplate.ISR_REMOVAL,
+    K.LEADER_ELECTED: LogTemplate.LEADER_ELECTED_OFFLINE,
+    K.LEADER_ELECTION_STARTED: LogTemplate.LEADER_ELECTION_STARTED,
+    K.LEADER_ELECTION_FAILED: LogTemplate.LEADER_ELECTION_ERROR,
+    K.LEADER_STARTED: LogTemplate.LEADER_STARTS,
+    K.CONTROLLER_ELECTED: LogTemplate.CONTROLLER_ELECTED,
+    K.EPOCH_INCREMENTED: LogTemplate.EPOCH_INCREMENTED,
+    K.CONTROLLER_READY: LogTemplate.CONTROLLER_READY,
+    K.CONTROLLER_RESIGNED: LogTemplate.CONTROLLER_RESIGNED,
+    K.CONTROLLER_MOVED: LogTemplate.CONTROLLER_MOVED,
+    K.FAILOVER_STEP: LogTemplate.FAILOVER_STEP,
+    K.ELECTION_ERROR: LogTemplate.CONTROLLER_ELECTION_ERROR,
+    K.BROKER_CHANGE: LogTemplate.BROKER_CHANGE,
+    K.BROKER_FAILURE: LogTemplate.BROKER_FAILURE,
+    K.BROKER_STARTUP: LogTemplate.BROKER_STARTUP,
+    K.BROKER_REGISTERING: LogTemplate.BROKER_REGISTERING,
+    K.BROKER_REGISTERED: LogTemplate.BROKER_REGISTERED,
+    K.REQUEST_SENT: LogTemplate.REQUEST_SENT,
+    K.REQUEST_RECEIVED: LogTemplate.REQUEST_RECEIVED,
+    K.STALE_CONTROLLER_REQUEST: LogTemplate.STALE_CONTROLLER_EPOCH,
+    K.ZK_ERROR: LogTemplate.ZK_ERROR,
+    K.ZK_SESSION_EXPIRED: LogTemplate.ZK_SESSION_EXPIRED,
+}
+"""The template of a record the hand-written matchers above recognised, where one kind has one template."""
 
 
 def _m_partition_changed(msg: str, rec: ParsedRecord) -> bool:
@@ -495,6 +548,7 @@ def _m_new_to_online_error(msg: str, rec: ParsedRecord) -> bool:
     if not m or not _set_tp(rec, m["tp"]):
         return False
     rec.kind, rec.success = K.PARTITION_TRANSITION_FAILED, False
+    rec.template = LogTemplate.NO_LIVE_ASSIGNED_REPLICA
     rec.from_state, rec.to_state = _SHORT_PARTITION[m["frm"]], _SHORT_PARTITION[m["to"]]
     rec.extra["assigned_replicas"] = _ints(m["assigned"])
     rec.extra["live_brokers"] = _ints(m["live"])
@@ -546,9 +600,10 @@ def _m_isr_removal(msg: str, rec: ParsedRecord) -> bool:
 
 
 def _m_leader_events(msg: str, rec: ParsedRecord) -> bool:
-    m = _ELECTED_LEADER_1_0.match(msg)
+    m = _ELECTED_LEADER.match(msg)
     if m and _set_tp(rec, m["tp"]):
         rec.kind, rec.leader, rec.success = K.LEADER_ELECTED, int(m["leader"]), True
+        _set_controller(rec, m["cid"], m["ep"])
         rec.from_state, rec.to_state = str(PartitionState.OFFLINE), str(PartitionState.ONLINE)
         return True
     m = _ELECTION_STARTED.match(msg)
@@ -566,8 +621,9 @@ def _m_leader_events(msg: str, rec: ParsedRecord) -> bool:
     if m and _set_tp(rec, m["tp"]):
         rec.kind, rec.leader_epoch = K.LEADER_STARTED, int(m["lep"])
         rec.leader = rec.broker_id
-        if m["isr"] is not None:
-            rec.isr = _ints(m["isr"])
+        isr = _ISR_IN_TEXT.search(m["rest"] or "")
+        if isr is not None:
+            rec.isr = _ints(isr["isr"])
         return True
     return False
 
@@ -658,7 +714,7 @@ def _m_requests(msg: str, rec: ParsedRecord) -> bool:
                 _apply_state(rec, state)
             return True
     if _SENDING_SUMMARY.match(msg):
-        rec.kind = K.REQUEST_SENT
+        rec.kind, rec.template = K.REQUEST_SENT, LogTemplate.REQUEST_SENT_SUMMARY
         return True
     m = _RECEIVED.match(msg)
     if m:
@@ -690,6 +746,227 @@ def _m_zookeeper(msg: str, rec: ParsedRecord) -> bool:
     return False
 
 
+# ---------------------------------------------------------------- the catalogue
+# The rest of the census: templates whose fields come from their named groups alone (tp, cid, ep, bid, leader,
+# lep, isr, prev_isr, replica, zkv, latest, state). ``scan`` entries are families of many wordings: their
+# partition and controller come from a search of the whole line.
+
+_TP2 = _TP.replace("tp", "tp2")
+_BRK = r"(?:Broker (?P<bid>\d+) )?"  # ≤0.11 broker-side lines name the broker in the text
+
+
+@dataclass(frozen=True)
+class _Entry:
+    template: LogTemplate
+    kind: K
+    pattern: re.Pattern[str]
+    success: bool | None = None
+    scan: bool = False
+
+
+def _e(template: LogTemplate, kind: K, pattern: str, success: bool | None = None, scan: bool = False) -> _Entry:
+    return _Entry(template, kind, re.compile(pattern), success, scan)
+
+
+T = LogTemplate
+_CATALOGUE: tuple[_Entry, ...] = (
+    # KAFKA-2729: the leader's cached partition-state version lost a race with a controller write
+    _e(T.STALE_ZK_VERSION, K.STALE_ZK_VERSION,
+       r"^Cached zkVersion \[?(?P<zkv>-?\d+)\]? not equal to that in zookeeper, skip updating ISR$", success=False),
+    # ISR path on the leader (kafka.cluster.Partition, server.log)
+    _e(T.ISR_SHRINK, K.ISR_CHANGE,
+       rf"^Shrinking ISR (?:for partition {_TP} )?from (?P<prev_isr>[\d,]*) to (?P<isr>[\d,]*)(?:\.\s.*|\.)?$"),
+    _e(T.ISR_EXPAND, K.ISR_CHANGE,
+       rf"^Expanding ISR (?:for partition {_TP} )?from (?P<prev_isr>[\d,]*) to (?P<isr>[\d,]*)$"),
+    _e(T.ISR_UPDATED, K.ISR_CHANGE,
+       r"^ISR updated (?:from AlterIsr )?to \[?(?P<isr>[\d,]*)\]?(?: \(under-min-isr\))? ?and (?:zkVersion|version) "
+       r"updated to \[?(?P<zkv>-?\d+)\]?$"),
+    _e(T.ISR_UPDATED, K.OTHER,
+       r"^(?:ISR update in-flight, not (?:adding new in-sync replica|removing out-of-sync replicas) .*"
+       r"|(?:Controller failed|Failed) to update ISR to .* due to unexpected .*|Failed to enqueue ISR change state .*)$"),
+    # leader elections named with their outcome (0.8-1.0 controller.log) and preferred elections (all versions)
+    _e(T.SELECTED_LEADER_AND_ISR, K.LEADER_ELECTED,
+       rf"^Selected new leader and ISR (?P<state>\{{.*\}}|LeaderAndIsr\(.*\)) for offline partition {_TP}$", success=True),
+    _e(T.NEW_LEADER_AND_ISR, K.ISR_REMOVAL,
+       rf"^New leader and ISR for partition {_TP} is (?P<state>\{{.*\}}|LeaderAndIsr\(.*\))$", success=True),
+    _e(T.UNCLEAN_LEADER_CHOSEN, K.UNCLEAN_LEADER_CHOSEN,
+       rf"^No broker in ISR is alive for {_TP}\. Elect leader (?P<leader>-?\d+) from live brokers (?P<live>[\d,]*)\. "
+       r"There's potential data loss\.$", success=True),
+    _e(T.PREFERRED_LEADER_ELECTED, K.LEADER_ELECTED,
+       rf"^Partition {_TP} completed preferred replica leader election\. New leader is (?P<leader>-?\d+)$", success=True),
+    _e(T.PREFERRED_LEADER_NOT_ELECTED, K.OTHER,
+       rf"^Partition {_TP} failed to complete preferred replica leader election(?: to (?P<preferred>\d+))?\.\s+"
+       r"Leader is (?:still )?(?P<leader>-?\d+)$"),
+    _e(T.LEADER_EPOCH_BUMPED, K.LEADER_EPOCH_BUMPED,
+       rf"^Updated leader epoch for partition {_TP} to (?P<lep>\d+)(?:, zkVersion=(?P<zkv>-?\d+))?$", success=True),
+    _e(T.RETAINING_LAST_ISR, K.OTHER,
+       rf"^Retaining last ISR (?P<replica>\d+) of partition {_TP} since unclean leader election is disabled$"),
+    _e(T.LEADER_ELECTION_STEP, K.OTHER,
+       r"^(?:Current leader -?\d+ for partition \S+ is not the preferred replica\.\s+Trig+e?r+ing preferred replica "
+       r"leader election|I should never have been asked to perform leader election, returning the current "
+       r"LeaderAndIsr and replica assignment\.|Starting (?:preferred replica leader election|replica leader election "
+       r"\(\w+\)) for partitions.*|Error completing (?:preferred replica leader election|replica leader election "
+       r"\(\w+\)) for partitions? .*|Skipping (?:preferred replica (?:leader )?election|replica leader election "
+       r"\(\w+\)) for partitions? .*|These partitions are already undergoing preferred replica election: .*"
+       r"|Processing automatic preferred replica leader election|[Cc]hecking need to trigger (?:auto leader "
+       r"balancing|partition rebalance)|[Ll]eader imbalance ratio for broker \d+ is .*|Topics not in preferred "
+       r"replica.*|Unclean leader election has been enabled (?:by default|for topic \S+)|Retrying leader election "
+       r"with strategy .* for partitions .*|starting the partition rebalance scheduler)$", scan=True),
+    # controller-side ISR changes on behalf of the brokers (AlterIsr/AlterPartition, ≤1.0 removal)
+    _e(T.ISR_UPDATE_BY_CONTROLLER, K.OTHER,
+       r"^(?:Cannot remove replica (?P<replica>\d+) from ISR of .*|Failed to update ISR (?:to \S+ )?for partition \S+"
+       r"(?:, bad ZK version\.)?|(?:Ignoring|Rejecting) (?:AlterIsr|AlterPartition)\b.*"
+       r"|Error when processing (?:AlterIsr|AlterPartition)\b.*)$", scan=True),
+    # reassignment, topics, deletion
+    _e(T.REASSIGNMENT_REQUEST, K.OTHER,
+       rf"^{_CTRL}[Ss]ent LeaderAndIsr request (?P<state>.+?) with +new (?:assigned replica +list|replica assignment) "
+       rf".+? to leader (?P<leader>-?\d+) +for partition being reassigned {_TP}$"),
+    _e(T.REASSIGNMENT_REQUEST, K.OTHER,
+       rf"^{_CTRL}[Ff]ailed to send LeaderAndIsr request with new (?:assigned replica +list|replica assignment) +.+? "
+       rf"to leader for partition being reassigned {_TP}$", success=False),
+    _e(T.REASSIGNMENT_STEP, K.OTHER,
+       r"^(?:Leader -?\d+ for partition \S+ being reassigned, is (?:not in|already in) the new list of replicas .*"
+       r"|\d+/\d+ replicas have caught up with the leader for +partition .*|(?:Handling|Error handling) reassignment of "
+       r"partition .*|(?:New|Waiting for new) replicas .* for partition \S+ being +reassigned .*|Updated assigned "
+       r"replicas for partition .*|Remov(?:ed|ing) partitions? .* from the list of reassigned partitions in zookeeper"
+       r"|Skipping reassignment of .*|(?:Error|Failed) completing reassignment of partition .*|Successfully updated "
+       r"assignment of partition .*|Target replicas .* have all caught up with the leader for +reassigning partition .*"
+       r"|Partition \S+ to be reassigned is already assigned to replicas .*|Ignoring request to reassign partition .*"
+       r"|Partitions (?:being|already) reassigned: .*|Resuming reassignment of partitions: .*|No more partitions need "
+       r"to be reassigned\. Deleting zk path .*|Updated partition reassignment path with .*|Error while handling "
+       r"partition reassignment|Failed reassignment through zk with the following errors: .*)$", scan=True),
+    _e(T.TOPIC_CHANGE, K.OTHER,
+       r"^(?:New topics: \[.*\], deleted topics: \[.*\], new partition replica assignment +\[.*\]|New (?:topic|partition) "
+       r"creation callback for .*|New partitions to be added .*|Add Partition triggered .*|Partition modification "
+       r"triggered .*|Skipping adding partitions .* since it is currently being deleted|Ignoring partition change "
+       r"during topic deletion as no new partitions are added|Restoring the partition replica assignment for topic .*"
+       r"|Invalid topic and partition JSON.*|Error while handling (?:new topic|add partitions for data path.*))$"),
+    _e(T.TOPIC_DELETION_STEP, K.OTHER,
+       r"^(?:List of topics (?:to be deleted|ineligible for deletion): .*|Starting topic deletion for topics .*"
+       r"|Ignoring request to delete non-existing topics .*|Removing .* since delete topic is disabled|Initializing "
+       r"manager with initial deletions: .*|Halted deletion of topics .*|Handling deletion for topics .*|Deletion of "
+       r"topic \S+ (?:successfully completed|\(re\)started)|Some replicas .* for topics scheduled for deletion .*)$"),
+    _e(T.MARK_REPLICAS_OFFLINE, K.OTHER, r"^Mark replicas (?P<replicas>.*) on broker (?P<broker>\d+) as offline$"),
+    _e(T.STATE_MACHINE_STEP, K.OTHER,
+       r"^(?:Invoking state change to \w+ for (?:partitions|replicas) ?.*|Initializing (?:partition|replica) state"
+       r"|Triggering (?:online|offline) (?:partition|replica) state changes|Stopped (?:partition|replica) state "
+       r"machine|Broker change listener fired for path .*|No state transitions triggered since no partitions are "
+       r"assigned to brokers .*|All leaders = .*|Adding replica \(\d+\) that is not part of the assignment .*)$"),
+    _e(T.STATE_CHANGE_ERROR, K.OTHER,
+       r"^Error while moving some (?:partitions|replicas) to (?:the )?\w+ state$", success=False),
+    # the controller's own life and its channels to the brokers
+    _e(T.CONTROLLER_LIFECYCLE, K.OTHER,
+       r"^(?:Controller startup complete|Controller has been shut down, aborting startup/failover|Starting the "
+       r"controller scheduler|starting the token expiry check scheduler|Shutting down broker \d+|Removed .* from "
+       r"list of shutting down brokers\.|Broker info update callback for \d+|Handling log directory failure for "
+       r"brokers .*|Updated broker epochs cache: .*|Updated broker metadata: .*|Initialized controller epoch to \d+ "
+       r"and zk version \d+|Incrementing controller epoch in ZooKeeper|Reading controller epoch from ZooKeeper"
+       r"|Error while incrementing controller epoch|(?:Creating|Updating) FeatureZNode .*|FeatureZNode .*|A "
+       r"controller has been elected but just resigned.*|Controller has already moved when trying to trigger "
+       r"controller movement|(?:Uncaught error|Error) processing event .*|Ignoring registration of .*|Ignoring "
+       r"AllocateProducerIds .*|Processing of feature updates: .*|Received a ShutdownEventThread event.*|Failed to "
+       r"parse the controller info as json.*|Starting|Stopped|Shutting down|Shutdown completed|Shut down(?: "
+       r"completely)?)\s*$"),
+    _e(T.CHANNEL_STEP, K.OTHER,
+       r"^(?:Controller \d+ (?:connected to .* for sending state change requests|trying to connect to broker \d+"
+       r"|(?:epoch \d+ )?fails to send (?:a )?request.*|'s connection to broker .* was unsuccessful)|Node -?\d+ "
+       r"disconnected\.|Not sending request .*|Leader not yet assigned for partition \S+\. Skip sending "
+       r"UpdateMetadataRequest\.|Haven't been able to send .*|Error while removing broker by the controller)$"),
+    # controller -> broker requests, ≤0.11 wordings and per-replica StopReplica
+    _e(T.REQUEST_SENT, K.REQUEST_SENT,
+       rf"^{_CTRL}sending (?:become-leader|become-follower) LeaderAndIsr request (?P<state>.+?)(?: with correlationId "
+       rf"\d+)? to broker \d+ +for partition {_TP}$"),
+    _e(T.REQUEST_SENT, K.REQUEST_SENT,
+       rf"^{_CTRL}sending UpdateMetadata request (?P<state>.+?)(?: with +correlationId \d+)? +to brokers? .+? "
+       rf"for partition {_TP}$"),
+    _e(T.REQUEST_SENT, K.REQUEST_SENT, rf"^Sending StopReplica request .+ to +broker \d+ for partition {_TP}$"),
+    _e(T.RESPONSE_RECEIVED, K.OTHER,
+       r"^(?:Controller \d+ epoch \d+ )?(?:[Rr]eceived response +.* for (?:a )?request .*sent to broker .*"
+       r"|Received error (?:\S+ )?in (?:LeaderAndIsr|UpdateMetadata) +response .* from broker \d+)$"),
+    # controller requests as the broker sees them (≤0.11 "Broker N ..." wordings, 2.4+ summaries)
+    _e(T.STALE_CONTROLLER_EPOCH, K.STALE_CONTROLLER_REQUEST,
+       rf"^{_BRK}[Rr]eceived (?P<req>stop replica|LeaderAndIsr) request(?: correlation id \d+)? (?:from|with) an old "
+       r"controller epoch (?P<ep>\d+)\.\s+Latest known controller epoch is (?P<latest>\d+)\s*$", success=False),
+    _e(T.REQUEST_RECEIVED, K.REQUEST_RECEIVED,
+       rf"^{_BRK}[Rr]eceived (?:LeaderAndIsr|StopReplica|UpdateMetadata) request (?P<state>.+?) +correlation id \d+ "
+       rf"from controller (?P<cid>\d+) +epoch (?P<ep>\d+)(?: for partition {_TP})?$"),
+    _e(T.BROKER_IGNORED_REQUEST, K.OTHER,
+       rf"^{_BRK}[Ii]gnoring (?:LeaderAndIsr|StopReplica|stop replica) (?:request )?.*$", scan=True),
+    _e(T.LEADER_STARTS, K.LEADER_STARTED, rf"^{_BRK}completed become-leader transition for partition {_TP}$"),
+    _e(T.FOLLOWER_STARTS, K.OTHER,
+       rf"^Follower {_TP} starts at leader epoch (?P<lep>\d+) from +offset \d+.*?(?:Current leader is (?P<leader>-?\d+)"
+       r"\..*)?$"),
+    _e(T.BROKER_TRANSITION_STEP, K.OTHER,
+       rf"^{_BRK}(?:[Hh]andl(?:ing|ed) LeaderAndIsr request correlation ?[Ii]d|[Cc]ompleted LeaderAndIsr request "
+       r"correlationId|[Cc]ompleted the become-follower transition|[Rr]eceived LeaderAndIsr request correlationId"
+       r"|[Ss]topped fetchers as part of|[Ss]tarted fetchers? (?:to new leader )?as part of|[Tt]runcated logs and "
+       r"checkpointed recovery boundaries|[Ss]kipped the (?:adding-fetcher step|become-leader|become-follower|update "
+       r"topic ID step)|[Hh]andling stop replica|[Ff]inished handling stop replica|Finished LeaderAndIsr request in"
+       r"|Transitioning \d+ partition\(s\) to +local|Creating new partition|Expected partition .* to exist|Deleting "
+       r"\d+ partition\(s\)|Updating log for|Updating PartitionFetchState|Unable to (?:start fetching|bring up new "
+       r"local leader|delete (?:stray )?replica)|aborted the become-follower|discarded the become-(?:leader|follower) "
+       r"request|ignored the become-follower state change|A ZooKeeper client exception has occurred|The topic "
+       r"partition \S+ was marked as RECOVERING|Topic I[Dd] in memory|Error while processing LeaderAndIsr request"
+       r"|While handling full LeaderAndIsr request|[Rr]eceived LeaderAndIsrRequest with correlation id|Handling "
+       r"StopReplica request correlationId)\b.*$", scan=True),
+    _e(T.METADATA_CACHE_UPDATE, K.OTHER,
+       rf"^{_BRK}(?:[Cc]ached leader info .* in response to +UpdateMetadata request .*|[Dd]eleted partition .* from "
+       r"metadata cache in response to +UpdateMetadata request .*|Add \d+ partitions and deleted \d+ partitions from "
+       r"metadata cache +in response to UpdateMetadata request .*|Received UpdateMetadataRequest with Type=FULL.*)$",
+       scan=True),
+)
+
+_SCAN_TP = re.compile(rf"\bpartition\s+{_TP}")
+_SCAN_CONTROLLER = re.compile(r"\bcontroller\s+(?P<cid>\d+)\s+(?:with correlation id \d+\s+)?epoch\s+(?P<ep>\d+)")
+_INT_GROUPS = {"leader": "leader", "lep": "leader_epoch", "replica": "replica"}
+
+
+def _m_catalogue(msg: str, rec: ParsedRecord) -> bool:
+    for entry in _CATALOGUE:
+        m = entry.pattern.match(msg)
+        if m is None:
+            continue
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        if "tp" in groups and not _set_tp(rec, groups["tp"]):
+            continue
+        rec.kind, rec.template, rec.success = entry.kind, entry.template, entry.success
+        if entry.scan:
+            _scan_fields(msg, rec)
+        _set_controller(rec, groups.get("cid"), groups.get("ep"))
+        if "bid" in groups and rec.broker_id is None:
+            rec.broker_id = int(groups["bid"])
+        for name, col in _INT_GROUPS.items():
+            if name in groups:
+                setattr(rec, col, int(groups[name]))
+        if "isr" in groups:
+            rec.isr = _ints(groups["isr"])
+        if "state" in groups:
+            state = parse_leader_and_isr(groups["state"])
+            if state:
+                _apply_state(rec, state)
+        for name in ("prev_isr", "live"):
+            if name in groups:
+                rec.extra[name] = _ints(groups[name])
+        for name in ("zkv", "latest", "preferred", "broker"):
+            if name in groups:
+                rec.extra["zk_version" if name == "zkv" else name] = int(groups[name])
+        if rec.kind is K.STALE_CONTROLLER_REQUEST:
+            rec.extra["request"] = groups["req"].title().replace(" ", "") if " " in groups["req"] else groups["req"]
+            rec.extra["latest_controller_epoch"] = rec.extra.pop("latest")
+        return True
+    return False
+
+
+def _scan_fields(msg: str, rec: ParsedRecord) -> None:
+    """The partition and the sending controller of a family template, wherever the wording puts them."""
+    m = _SCAN_TP.search(msg)
+    if m is not None and rec.topic is None:
+        _set_tp(rec, m["tp"])
+    m = _SCAN_CONTROLLER.search(msg)
+    if m is not None:
+        _set_controller(rec, m["cid"], m["ep"])
+
+
 _MATCHERS = (
     _m_partition_changed,
     _m_replica_changed,
@@ -704,6 +981,7 @@ _MATCHERS = (
     _m_brokers,
     _m_requests,
     _m_zookeeper,
+    _m_catalogue,
 )
 
 
@@ -836,3 +1114,66 @@ def parse_lines(lines: Iterable[str], first_line_no: int = 1) -> tuple[list[Pars
     for item in items:
         (records if isinstance(item, ParsedRecord) else rejected).append(item)  # type: ignore[arg-type]
     return records, rejected, parser.stats
+
+
+# ---------------------------------------------------------------- the template census
+
+_MENTIONS_METADATA = re.compile(r"(?i)\b(?:partitions?|leader|isr|epoch)\b|\bleader[A-Z]|[Ee]poch\b")
+
+
+def mentions_metadata(text: str) -> bool:
+    """Whether a message speaks of a partition, a leader, an ISR or an epoch (an unknown one must not)."""
+    return _MENTIONS_METADATA.search(text) is not None
+
+
+def classify_line(line: str) -> LogTemplate:
+    """The template one log line was written from.
+
+    ``CONTINUATION`` for a line without a log layout (it belongs to the record before it), ``CUT`` for a
+    first line cut before its ``(logger)``, ``UNKNOWN`` for a well-formed record no template matches.
+    """
+    header = split_layout(line.rstrip("\r\n"))
+    if header is None:
+        return LogTemplate.CONTINUATION
+    if not header.complete:
+        return LogTemplate.CUT
+    return parse_message(header, 0).template
+
+
+@dataclass
+class TemplateCensus:
+    """Records of one text counted per template, with the unknown ones kept for reading."""
+
+    counts: Counter[LogTemplate] = field(default_factory=Counter)
+    unknown: list[tuple[int, str]] = field(default_factory=list)  # (line number, first line) of UNKNOWN records
+
+    @property
+    def records(self) -> int:
+        return sum(n for t, n in self.counts.items() if t is not LogTemplate.CONTINUATION)
+
+    @property
+    def unknown_metadata(self) -> list[tuple[int, str]]:
+        """The unknown records that mention a partition, leader, ISR or epoch: the census's gaps."""
+        return [(n, line) for n, line in self.unknown if mentions_metadata(line)]
+
+    def known_share(self) -> float:
+        """Share of records (cut lines included) that matched a template; 1.0 for an empty text."""
+        known = sum(n for t, n in self.counts.items() if t not in NOT_TEMPLATES)
+        return known / self.records if self.records else 1.0
+
+    def update(self, other: TemplateCensus) -> None:
+        self.counts.update(other.counts)
+        self.unknown.extend(other.unknown)
+
+
+def census(lines: Iterable[str], first_line_no: int = 1) -> TemplateCensus:
+    """Count every record of a log text per template (continuation lines are counted as CONTINUATION)."""
+    out = TemplateCensus()
+    for no, line in enumerate(lines, start=first_line_no):
+        if not line.strip():
+            continue
+        template = classify_line(line)
+        out.counts[template] += 1
+        if template is LogTemplate.UNKNOWN:
+            out.unknown.append((no, line.rstrip("\r\n")))
+    return out

@@ -1,7 +1,7 @@
 """What a Kafka controller.log / state-change.log record says (the ``kind`` of ``controller_decisions``).
 
-Templates are those of kafka-zk-metadata.md §4 (Kafka 0.8 … 3.9); the parser lives in
-``collectors.log_parser``. Pure: stdlib only.
+Templates are the census of docs/log-templates.md (Kafka 0.8 … 3.9, read from Kafka's sources); the parser
+lives in ``collectors.log_parser``. Pure: stdlib only.
 """
 
 from __future__ import annotations
@@ -61,7 +61,11 @@ class DecisionKind(StrEnum):
     STALE_CONTROLLER_REQUEST = "STALE_CONTROLLER_REQUEST"  # broker WARN: request from an old controller epoch
     ZK_ERROR = "ZK_ERROR"  # ZooKeeper "KeeperErrorCode = NoNode for /controller_epoch" and the like
     ZK_SESSION_EXPIRED = "ZK_SESSION_EXPIRED"  # "ZK expired; shut down all controller components ..."
-    OTHER = "OTHER"  # a well-formed line with no modelled template, or a cut line (never guessed fields)
+    STALE_ZK_VERSION = "STALE_ZK_VERSION"  # broker ≤2.7: "Cached zkVersion 5 not equal to that in zookeeper, skip updating ISR"
+    ISR_CHANGE = "ISR_CHANGE"  # broker leader: "Shrinking ISR from 1,2 to 1", "Expanding ISR ...", "ISR updated to ..."
+    LEADER_EPOCH_BUMPED = "LEADER_EPOCH_BUMPED"  # controller: "Updated leader epoch for partition t-0 to 5[, zkVersion=7]"
+    UNCLEAN_LEADER_CHOSEN = "UNCLEAN_LEADER_CHOSEN"  # ≤1.0 "No broker in ISR is alive for [t,0]. Elect leader 3 from live brokers 3. ..."
+    OTHER = "OTHER"  # a line the pipelines do not act on (its ``LogTemplate`` says which), or a cut line
 
 
 TRANSITION_KINDS: Final = frozenset({DecisionKind.PARTITION_TRANSITION, DecisionKind.REPLICA_TRANSITION})
@@ -78,3 +82,86 @@ FAILURE_KINDS: Final = frozenset(
     }
 )
 """Kinds that record a controller decision that did not take effect (``success`` is false)."""
+
+
+class LogTemplate(StrEnum):
+    """The message template one log record was written from (docs/log-templates.md is the census).
+
+    Finer than ``DecisionKind``: one kind can come from several templates (Kafka reworded lines between
+    releases; the version spellings of one statement share a template). ``UNKNOWN`` is a well-formed record
+    no template matches; ``CUT`` a first line cut before its ``(logger)``; ``CONTINUATION`` a line without a
+    log layout (stack frames, exception text) that belongs to the record before it.
+    """
+
+    # state-change.log, controller side: the two state machines
+    PARTITION_STATE_CHANGE = "PARTITION_STATE_CHANGE"
+    REPLICA_STATE_CHANGE = "REPLICA_STATE_CHANGE"
+    PARTITION_CHANGE_FAILED = "PARTITION_CHANGE_FAILED"
+    REPLICA_CHANGE_FAILED = "REPLICA_CHANGE_FAILED"
+    NO_LIVE_ASSIGNED_REPLICA = "NO_LIVE_ASSIGNED_REPLICA"
+    INVALID_PREVIOUS_STATE = "INVALID_PREVIOUS_STATE"
+    ZOMBIE_ABORT = "ZOMBIE_ABORT"
+    ISR_REMOVAL = "ISR_REMOVAL"
+    LEADER_ELECTED_OFFLINE = "LEADER_ELECTED_OFFLINE"
+    LEADER_ELECTION_STARTED = "LEADER_ELECTION_STARTED"
+    LEADER_ELECTION_ERROR = "LEADER_ELECTION_ERROR"
+    REASSIGNMENT_REQUEST = "REASSIGNMENT_REQUEST"
+    MARK_REPLICAS_OFFLINE = "MARK_REPLICAS_OFFLINE"
+    # controller.log: elections of a partition leader (old and new wordings)
+    SELECTED_LEADER_AND_ISR = "SELECTED_LEADER_AND_ISR"
+    NEW_LEADER_AND_ISR = "NEW_LEADER_AND_ISR"
+    UNCLEAN_LEADER_CHOSEN = "UNCLEAN_LEADER_CHOSEN"
+    PREFERRED_LEADER_ELECTED = "PREFERRED_LEADER_ELECTED"
+    PREFERRED_LEADER_NOT_ELECTED = "PREFERRED_LEADER_NOT_ELECTED"
+    LEADER_ELECTION_STEP = "LEADER_ELECTION_STEP"
+    LEADER_EPOCH_BUMPED = "LEADER_EPOCH_BUMPED"
+    RETAINING_LAST_ISR = "RETAINING_LAST_ISR"
+    ISR_UPDATE_BY_CONTROLLER = "ISR_UPDATE_BY_CONTROLLER"
+    REASSIGNMENT_STEP = "REASSIGNMENT_STEP"
+    TOPIC_CHANGE = "TOPIC_CHANGE"
+    TOPIC_DELETION_STEP = "TOPIC_DELETION_STEP"
+    STATE_MACHINE_STEP = "STATE_MACHINE_STEP"
+    STATE_CHANGE_ERROR = "STATE_CHANGE_ERROR"
+    # controller.log: the controller's own life
+    CONTROLLER_ELECTED = "CONTROLLER_ELECTED"
+    EPOCH_INCREMENTED = "EPOCH_INCREMENTED"
+    CONTROLLER_READY = "CONTROLLER_READY"
+    CONTROLLER_RESIGNED = "CONTROLLER_RESIGNED"
+    CONTROLLER_MOVED = "CONTROLLER_MOVED"
+    FAILOVER_STEP = "FAILOVER_STEP"
+    CONTROLLER_ELECTION_ERROR = "CONTROLLER_ELECTION_ERROR"
+    CONTROLLER_LIFECYCLE = "CONTROLLER_LIFECYCLE"
+    BROKER_CHANGE = "BROKER_CHANGE"
+    BROKER_FAILURE = "BROKER_FAILURE"
+    BROKER_STARTUP = "BROKER_STARTUP"
+    BROKER_REGISTERING = "BROKER_REGISTERING"
+    BROKER_REGISTERED = "BROKER_REGISTERED"
+    CHANNEL_STEP = "CHANNEL_STEP"
+    # requests between the controller and the brokers
+    REQUEST_SENT = "REQUEST_SENT"
+    REQUEST_SENT_SUMMARY = "REQUEST_SENT_SUMMARY"
+    REQUEST_RECEIVED = "REQUEST_RECEIVED"
+    RESPONSE_RECEIVED = "RESPONSE_RECEIVED"
+    STALE_CONTROLLER_EPOCH = "STALE_CONTROLLER_EPOCH"
+    # state-change.log, broker side
+    LEADER_STARTS = "LEADER_STARTS"
+    FOLLOWER_STARTS = "FOLLOWER_STARTS"
+    BROKER_TRANSITION_STEP = "BROKER_TRANSITION_STEP"
+    BROKER_IGNORED_REQUEST = "BROKER_IGNORED_REQUEST"
+    METADATA_CACHE_UPDATE = "METADATA_CACHE_UPDATE"
+    # server.log, kafka.cluster.Partition: the leader's ISR path
+    ISR_SHRINK = "ISR_SHRINK"
+    ISR_EXPAND = "ISR_EXPAND"
+    ISR_UPDATED = "ISR_UPDATED"
+    STALE_ZK_VERSION = "STALE_ZK_VERSION"
+    # ZooKeeper
+    ZK_SESSION_EXPIRED = "ZK_SESSION_EXPIRED"
+    ZK_ERROR = "ZK_ERROR"
+    # not a template
+    UNKNOWN = "UNKNOWN"
+    CUT = "CUT"
+    CONTINUATION = "CONTINUATION"
+
+
+NOT_TEMPLATES: Final = frozenset({LogTemplate.UNKNOWN, LogTemplate.CUT, LogTemplate.CONTINUATION})
+"""The ``LogTemplate`` values that say a line matched no template."""
