@@ -1,15 +1,20 @@
 """Shared bronze sink: ZnodeChange -> ``znode_events`` rows with deterministic ids, idempotent batches.
 
 Each collector owns one ``writer_id``; every Delta commit carries (writer_id, batch_seq) as an app
-transaction, so replaying a batch after a crash is a no-op and a restart continues the sequence.
+transaction, so replaying a batch after a crash is a no-op and a restart continues the sequence. That
+holds only for one live process per writer id: ``WriterLease`` makes a second one fail at start.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from types import TracebackType
+from typing import IO, Any, Protocol
 
 from models.events import Source, ZnodeChange
 from models.ids import event_id
@@ -19,7 +24,11 @@ log = logging.getLogger(__name__)
 TABLE = "znode_events"
 
 
+LEASE_DIR = "_writers"
+
+
 class LakeLike(Protocol):
+    root: str
     cluster: str
 
     def append(self, table: str, rows: Any, writer_id: str, batch_seq: int) -> bool: ...
@@ -94,3 +103,59 @@ class BronzeWriter:
             self.batches_written += 1
             log.debug("%s: batch %d, %d rows", self.writer_id, seq, len(unique))
         return done
+
+
+class WriterBusyError(RuntimeError):
+    """Another live process already writes with this writer id (its batches would interleave with ours)."""
+
+
+class WriterLease:
+    """An exclusive lock on one writer id, held while a collector writes with it.
+
+    A ``flock`` on ``<lake>/_writers/<sha256 of the id>.lock``: the kernel drops it when the holder exits,
+    crashed or not, so a stale lock never blocks a restart. The file names the holder's pid for the error.
+    """
+
+    def __init__(self, lake_root: str | os.PathLike[str], writer_id: str) -> None:
+        self.writer_id = writer_id
+        digest = hashlib.sha256(writer_id.encode()).hexdigest()[:32]
+        self.path = os.path.join(os.fspath(lake_root), LEASE_DIR, f"{digest}.lock")
+        self._fh: IO[str] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fh is not None
+
+    def acquire(self) -> WriterLease:
+        """Take the lock (a no-op when held); WriterBusyError when another process holds it."""
+        if self._fh is not None:
+            return self
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fh = open(self.path, "a+")  # kept open: the lock lives as long as the handle
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().split(" ", 1)[0].strip() or "?"
+            fh.close()
+            raise WriterBusyError(
+                f"another collector (pid {holder}) is already writing as {self.writer_id!r} to this lake; "
+                "stop it first (two writers with one id would write every row twice)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()} {self.writer_id}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            fh.close()  # closing the descriptor drops the flock
+
+    def __enter__(self) -> WriterLease:
+        return self.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()

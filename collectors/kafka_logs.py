@@ -12,7 +12,10 @@ Lines are parsed by ``collectors.log_parser`` (pure). This module does the file 
   copytruncate rotation (same inode, the file shrinks) is refused with ``TruncatedLogError``: the new
   content would reuse the old generation's line numbers, so its lines could be neither resumed nor
   told apart. Rotate by rename (log4j's own appenders do).
-* unparseable WARN/ERROR lines go to ``quarantine`` (source ``logs``, ref ``<file>:<line>``).
+* unparseable WARN/ERROR lines go to ``quarantine`` (source ``logs``, ref ``<file>:<line>``), and so
+  does a line longer than ``MAX_LINE_BYTES``: only its head is read, parsed and kept.
+* one live process per writer id (``collectors.bronze.WriterLease``): a second collector on the same
+  file fails with ``WriterBusyError`` instead of committing every batch again.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from collectors.log_parser import LogParser, ParsedRecord, RejectedLine
+from collectors.bronze import WriterLease
+from collectors.log_parser import MAX_MESSAGE_CHARS, LogParser, ParsedRecord, RejectedLine
 from models.events import INT32_MAX
 from models.ids import event_id
 
@@ -38,6 +42,8 @@ DECISIONS = "controller_decisions"
 QUARANTINE = "quarantine"
 SOURCE = "logs"
 BATCH_LINES = 20_000  # commit at least this often on big files so a crash loses little work
+MAX_LINE_BYTES = MAX_MESSAGE_CHARS  # a longer line is cut to this (the cap the parser puts on a record's text)
+_SKIP_CHUNK = 1 << 20
 _LOG_NAMES = re.compile(r"^(?:controller\.log.*|state-change\.log.*|server\.log.*|.*\.log)$")
 _BROKER_DIR = re.compile(r"^(?:broker|kafka)[-_]?(\d+)$")
 _RECORD_COLUMNS = ("ts", "level", "logger", "controller_id", "controller_epoch", "broker_id", "kind", "topic",
@@ -45,7 +51,12 @@ _RECORD_COLUMNS = ("ts", "level", "logger", "controller_id", "controller_epoch",
                    "message")
 
 
+class LogPathError(ValueError):
+    """The path given is neither a regular file nor a folder of log files."""
+
+
 class LakeLike(Protocol):
+    root: str
     cluster: str
 
     def append(self, table: str, rows: Any, writer_id: str, batch_seq: int) -> bool: ...
@@ -58,6 +69,8 @@ def find_log_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
+        if path.exists():  # a device, a FIFO, a socket: not a file that has lines to resume
+            raise LogPathError(f"{path} is not a regular file or a folder")
         raise FileNotFoundError(f"no such file or directory: {path}")
     return sorted(p for p in path.rglob("*") if p.is_file() and _LOG_NAMES.match(p.name))
 
@@ -103,6 +116,12 @@ class FileTail:
         self.fh: BinaryIO = open(self.path, "rb")  # closed by close()
         self.inode = os.fstat(self.fh.fileno()).st_ino
         self.writer_id = f"logs:{self.source_file}@{self.inode}"
+        self.lease = WriterLease(lake.root, self.writer_id)
+        try:
+            self.lease.acquire()
+        except BaseException:
+            self.fh.close()
+            raise
         self.broker_id = broker_id if broker_id is not None else broker_from_path(self.path)
         self._sticky_broker: int | None = None
         self.parser = LogParser()
@@ -129,21 +148,50 @@ class FileTail:
 
     def close(self) -> None:
         self.fh.close()
+        self.lease.release()
+
+    def _readline(self, final: bool) -> tuple[bytes, int] | None:
+        """The next line (at most ``MAX_LINE_BYTES`` of it) and its full length; None when no whole line is
+        there yet (unless ``final``). The rest of a longer line is skipped, not held in memory."""
+        pos = self.fh.tell()
+        raw = self.fh.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return None
+        size = len(raw)
+        if size > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raw = raw[:MAX_LINE_BYTES]
+            while True:  # skip to the end of the line
+                rest = self.fh.readline(_SKIP_CHUNK)
+                size += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            if not rest and not final:
+                self.fh.seek(pos)  # the writer is still mid-line
+                return None
+            return raw + b"\n", size
+        if not raw.endswith(b"\n") and not final:
+            self.fh.seek(pos)  # the writer is mid-line: wait for the rest
+            return None
+        return raw, size
 
     def pump(self, final: bool) -> int:
         """Read what is there; commit finished records. ``final`` also takes a last unterminated line."""
         read = 0
         while True:
-            pos = self.fh.tell()
-            raw = self.fh.readline()
-            if not raw:
+            got = self._readline(final)
+            if got is None:
                 break
-            if not raw.endswith(b"\n") and not final:
-                self.fh.seek(pos)  # the writer is mid-line: wait for the rest
-                break
+            raw, size = got
             self.line_no += 1
             read += 1
-            self._take(self.parser.feed(self.line_no, raw.decode("utf-8", errors="replace")))
+            text = raw.decode("utf-8", errors="replace")
+            if size > MAX_LINE_BYTES + 1:
+                self.stats["long_lines"] += 1
+                self._rejected.append(RejectedLine(
+                    self.line_no, text.rstrip("\r\n"),
+                    f"line of {size} bytes is longer than {MAX_LINE_BYTES}: only its first {MAX_LINE_BYTES} bytes "
+                    "were read and kept"))
+            self._take(self.parser.feed(self.line_no, text))
             if read % BATCH_LINES == 0:
                 self._commit(final=False)
         if final:

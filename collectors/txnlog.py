@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collectors.bronze import BronzeWriter, LakeLike, change_row
+from collectors.bronze import BronzeWriter, LakeLike, WriterLease, change_row
 from collectors.jute import JuteError, JuteReader
 from models.events import Source, ZnodeChange, ZnodeOp
 from models.ids import event_id
@@ -43,6 +43,8 @@ LOG_MAGIC = b"ZKLG"
 SNAP_MAGIC = b"ZKSN"
 END_OF_RECORD = 0x42
 _ENTRY_HEAD = struct.Struct(">qi")  # Adler32 checksum (long), length (int)
+_NONZERO = re.compile(rb"[^\x00]")
+QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable stretch, kept (hex) in its quarantine row
 
 # OpCode values (org.apache.zookeeper.ZooDefs.OpCode)
 CREATE_SESSION = -10
@@ -280,6 +282,30 @@ def _read_one(buf: bytes | mmap.mmap, pos: int) -> tuple[TxnEntry | None, int, s
     except (JuteError, UnicodeDecodeError) as e:
         return None, pos, f"undecodable entry at offset {pos}: {e}"
     return entry, body + length + 1, ""
+
+
+def next_readable_entry(path: str | os.PathLike[str], offset: int, after_zxid: int | None) -> tuple[int, int] | None:
+    """(offset, zxid) of the first whole, checksummed entry after ``offset`` whose zxid is above ``after_zxid``:
+    where reading can go on past a damaged stretch. None when nothing readable follows (a torn tail)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size <= offset + 13:
+            return None
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        pos = offset + 1
+        while pos + 13 <= len(buf):
+            nonzero = _NONZERO.search(buf, pos)
+            if nonzero is None:
+                return None  # only the preallocated zeros are left
+            # an entry's first non-zero byte is at most 11 bytes in (its checksum's low half or its length)
+            pos = max(pos, nonzero.start() - 11)
+            entry, _nxt, _reason = _read_one(buf, pos)
+            if entry is not None and (after_zxid is None or entry.header.zxid > after_zxid):
+                return pos, entry.header.zxid
+            pos += 1
+        return None
+    finally:
+        buf.close()
 
 
 def _stop(path: str | os.PathLike[str], entries: list[TxnEntry], pos: int, reason: str) -> LogReadResult:
@@ -570,6 +596,7 @@ class TxnLogCollector:
         self._started = False
         self.gaps = 0  # lost stretches of a log reported (GAP row + quarantine row each)
         self.quarantine = BronzeWriter(lake, f"{self.writer.writer_id}:lost", table="quarantine")
+        self.lease = WriterLease(lake.root, self.writer.writer_id)  # covers the quarantine writer too
 
     @property
     def last_zxid(self) -> int | None:
@@ -579,10 +606,17 @@ class TxnLogCollector:
     def run(self, stop_event: threading.Event | None = None) -> dict[str, Any]:
         """One pass (or, with follow, passes until ``stop_event`` is set); returns a summary."""
         stop = stop_event or threading.Event()
-        self.poll_once()
-        while self.follow and not stop.wait(self.poll_seconds):
+        try:
             self.poll_once()
+            while self.follow and not stop.wait(self.poll_seconds):
+                self.poll_once()
+        finally:
+            self.close()
         return self.summary()
+
+    def close(self) -> None:
+        """Let another process write as this collector (its writer id's lease)."""
+        self.lease.release()
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -597,6 +631,7 @@ class TxnLogCollector:
     def poll_once(self) -> int:
         """Read whatever is new in the data dir and commit it; returns the rows written."""
         before = self.writer.rows_written
+        self.lease.acquire()
         if not self._started:
             self._start()
         files = log_files(self.data_dir)
@@ -622,19 +657,25 @@ class TxnLogCollector:
         self._started = True
 
     def _read_file(self, path: Path, cur: _FileCursor, first: int, next_first: int | None) -> None:
-        """Read what is new in one log (named after its ``first`` zxid); ``next_first``: the next log's."""
-        res = read_log(path, cur.offset)
-        for entry in res.entries:
-            changes = self.decoder.apply(entry)
-            zxid = entry.header.zxid
-            cur.last_zxid = zxid
-            if zxid <= self._floor or not changes:
-                continue
-            if len(self._pending) >= self.batch_size:
-                self._flush()
-            self._pending.extend(self._row(c) for c in changes)
-            self._pending_zxid = zxid
-        cur.offset = res.end_offset
+        """Read what is new in one log (named after its ``first`` zxid); ``next_first``: the next log's.
+
+        A damaged stretch with readable entries after it (this log's or a finished one's) is reported as
+        lost (GAP + quarantine) and reading goes on after it; a damaged tail ends the read.
+        """
+        while True:
+            res = read_log(path, cur.offset)
+            for entry in res.entries:
+                self._take(entry, cur)
+            cur.offset = res.end_offset
+            if res.clean:
+                break
+            resume = next_readable_entry(path, res.end_offset, cur.last_zxid)
+            if resume is None:
+                break
+            offset, zxid = resume
+            first_lost = first if cur.last_zxid is None else cur.last_zxid + 1
+            self._report_lost(path, res, first_lost, zxid - 1, offset)
+            cur.offset = offset
         if not res.clean and res.reason != cur.reason:
             cur.reason = res.reason
             self.stopped.append(f"{path.name}: {res.reason}")
@@ -642,6 +683,17 @@ class TxnLogCollector:
         cur.done = next_first is not None
         if next_first is not None and not res.clean:
             self._lost_tail(path, cur, res, first, next_first)
+
+    def _take(self, entry: TxnEntry, cur: _FileCursor) -> None:
+        changes = self.decoder.apply(entry)
+        zxid = entry.header.zxid
+        cur.last_zxid = zxid
+        if zxid <= self._floor or not changes:
+            return
+        if len(self._pending) >= self.batch_size:
+            self._flush()
+        self._pending.extend(self._row(c) for c in changes)
+        self._pending_zxid = zxid
 
     def _lost_tail(self, path: Path, cur: _FileCursor, res: LogReadResult, first: int, next_first: int) -> None:
         """A finished log that could not be read to its end: the transactions between its last readable
@@ -660,15 +712,23 @@ class TxnLogCollector:
                 log.warning("txn log %s: torn last entry before epoch %d, nothing lost", path, next_first >> 32)
                 return
             last_lost = next_epoch - 1  # corruption: the rest of the old epoch is unknown
+        self._report_lost(path, res, first_lost, last_lost, None)
+
+    def _report_lost(self, path: Path, res: LogReadResult, first_lost: int, last_lost: int, resume: int | None) -> None:
+        """GAP row + quarantine row (the unreadable bytes) for transactions ``first_lost..last_lost`` lost to
+        damage starting at ``res.end_offset``; ``resume``: where readable entries start again (None: never)."""
+        if first_lost <= self._floor or first_lost > last_lost:
+            return  # reported by an earlier run, or no transaction fits in the damaged stretch
         self._flush()
         with open(path, "rb") as f:
             f.seek(res.end_offset)
-            head = f.read(64)
-        detail = (f"{path.name}: {res.reason}; transactions {first_lost:#x}..{last_lost:#x} are lost at most "
-                  f"(bytes from offset {res.end_offset} unreadable)")
+            raw = f.read(min(QUARANTINE_RAW_BYTES, resume - res.end_offset) if resume is not None else 64)
+        where = (f"bytes {res.end_offset}..{resume - 1} unreadable, read again from offset {resume}"
+                 if resume is not None else f"bytes from offset {res.end_offset} unreadable")
+        detail = f"{path.name}: {res.reason}; transactions {first_lost:#x}..{last_lost:#x} are lost at most ({where})"
         ref = f"{path.name}:{res.end_offset}"
         source = str(Source.TXNLOG)
-        self.quarantine.write([{"cluster": self.lake.cluster, "source": source, "raw": head.hex(), "reason": detail,
+        self.quarantine.write([{"cluster": self.lake.cluster, "source": source, "raw": raw.hex(), "reason": detail,
                                 "observed_at": datetime.now(UTC), "ref": ref,
                                 "event_id": event_id(self.lake.cluster, source, ref, detail)}], batch_seq=first_lost)
         self._pending.append(self._row(ZnodeChange(zxid=first_lost, path="/", op=ZnodeOp.GAP, detail=detail)))

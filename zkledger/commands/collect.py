@@ -107,7 +107,8 @@ def _collect_zk(args: argparse.Namespace, ctx: Any) -> str:
             timer.daemon = True
             timer.start()
         try:
-            collector.start()
+            with _one_writer():
+                collector.start()
         except KazooTimeoutError as e:
             hint = " over TLS: check [zookeeper.tls] ca, certfile and keyfile" if zs.tls.use_ssl else ""
             raise UserError(f"cannot connect to ZooKeeper at {hosts}{hint}") from e
@@ -134,7 +135,7 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
         raise UserError(f"--dir {args.dir}: no such directory")
     if not log_files(data_dir) and not args.follow:
         raise UserError(f"--dir {args.dir}: no ZooKeeper transaction logs (version-2/log.*) found")
-    with _stop_on_signals() as stop, Progress(label="znode events") as progress:
+    with _stop_on_signals() as stop, _one_writer(), Progress(label="znode events") as progress:
         collector = TxnLogCollector(
             ctx.lake, data_dir, follow=args.follow, chroot=_chroot(args.chroot, ctx),
             batch_size=ctx.settings.collect.batch_size, poll_seconds=ctx.settings.collect.poll_seconds,
@@ -146,20 +147,34 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
     return line + (f"; stopped early: {'; '.join(stopped)}" if stopped else "")
 
 
+@contextlib.contextmanager
+def _one_writer() -> Iterator[None]:
+    """A collector refused because another process writes with its writer id: a one-line error."""
+    from collectors.bronze import WriterBusyError
+
+    try:
+        yield
+    except WriterBusyError as exc:
+        raise UserError(str(exc)) from exc
+
+
 def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
-    if not Path(args.path).exists():
+    path = Path(args.path)
+    if not path.exists():
         raise UserError(f"--path {args.path}: no such file or directory")
+    if not (path.is_file() or path.is_dir()):
+        raise UserError(f"--path {args.path}: not a regular file or a folder of log files")
     from models.events import INT32_MAX
 
     if args.broker_id is not None and not 0 <= args.broker_id <= INT32_MAX:
         raise UserError(f"--broker-id must be a broker id (0 .. {INT32_MAX}), got {args.broker_id}")
-    from collectors.kafka_logs import TruncatedLogError, collect_logs
+    from collectors.kafka_logs import LogPathError, TruncatedLogError, collect_logs
 
-    with _stop_on_signals() as stop, Progress(label="log records") as progress:
+    with _stop_on_signals() as stop, _one_writer(), Progress(label="log records") as progress:
         try:
             summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
                                    progress=progress.set, stop_event=stop)  # called with lines read so far
-        except TruncatedLogError as exc:
+        except (TruncatedLogError, LogPathError) as exc:
             raise UserError(str(exc)) from exc
     return (f"collect logs: {summary.get('records', 0)} decisions from {summary.get('files', 0)} file(s), "
             f"{summary.get('lines', 0)} lines, {summary.get('quarantined', 0)} quarantined, "
