@@ -1,4 +1,4 @@
-"""Controller terms and the pure predicates over them (kafka-zk-metadata.md §3, invariants I1-I3, I9).
+"""Controller terms and the pure predicates over them (docs/kafka-metadata.md; docs/invariants.md).
 
 A *term* is one controller's tenure: from its ``/controller`` create to its delete (or the next election).
 Its epoch comes from the ``/controller_epoch`` write of the same election: a separate later write on
@@ -97,13 +97,13 @@ def build_terms(events: Iterable[MetadataEvent]) -> list[ControllerTerm]:
     return b.terms
 
 
-# ------------------------------------------------------------------------------------------ I3
+# ---------------------------------------------------------------------- current-controller-writes
 def is_zombie_write(
     state_write_controller_epoch: int | None,
     current_controller_epoch: int | None,
     leader_changed_or_epoch_bumped: bool,
 ) -> bool:
-    """I3: a partition-state write that changes leadership with a ``controller_epoch`` older than current.
+    """current-controller-writes: a state write that changes leadership with an older ``controller_epoch``.
 
     Leader-originated ISR writes (IBP <2.7-IV2) carry an old controller_epoch legitimately but leave the
     leader and leader_epoch unchanged, hence the third argument.
@@ -113,7 +113,7 @@ def is_zombie_write(
     return leader_changed_or_epoch_bumped and state_write_controller_epoch < current_controller_epoch
 
 
-# ------------------------------------------------------------------------------------ I9 split brain
+# ---------------------------------------------------------------------- one-controller (split brain)
 @dataclass(frozen=True)
 class Decision:
     """One controller action: a logged decision or a ZK write attributed to a controller.
@@ -215,10 +215,10 @@ def split_brain(decisions: Iterable[Decision]) -> list[SplitBrainFinding]:
     return sorted(_epoch_findings(ordered) + _overlap_findings(ordered), key=lambda f: (f.at, f.reason))
 
 
-# --------------------------------------------------------------------------------- I1/I2 regressions
+# ------------------------------------------------------ controller-epoch-rises, leader-epoch-rises
 @dataclass(frozen=True)
 class EpochRegression:
-    """An epoch that went backwards (I1: /controller_epoch; I2: a partition's leader_epoch)."""
+    """An epoch that went backwards (/controller_epoch, or a partition's leader_epoch)."""
 
     kind: AnomalyKind
     zxid: int
@@ -244,7 +244,7 @@ def _leader_regression(prev: MetadataEvent | None, e: MetadataEvent) -> EpochReg
     if e.leader_epoch < prev.leader_epoch:
         reason = "leader_epoch_decreased"
     elif e.leader_epoch == prev.leader_epoch and e.leader != prev.leader:
-        reason = "leader_changed_without_epoch_bump"  # I2: a leader change must bump leader_epoch
+        reason = "leader_changed_without_epoch_bump"  # leader-epoch-rises: a leader change must bump it
     else:
         return None
     return EpochRegression(
@@ -259,7 +259,7 @@ def _leader_regression(prev: MetadataEvent | None, e: MetadataEvent) -> EpochReg
 
 
 def epoch_regressions(events: Iterable[MetadataEvent]) -> list[EpochRegression]:
-    """I1 and I2 over metadata events sorted by zxid.
+    """controller-epoch-rises and leader-epoch-rises over metadata events sorted by zxid.
 
     A partition incarnation ends at TOPIC_DELETED / PARTITION_STATE_DELETED, or (2.8+) when the topic's
     ``topic_id`` changes in an assignment: leader_epoch restarts at 0 after that and is not a regression.

@@ -1,4 +1,4 @@
-"""The domain model's error tree (house style §3.5).
+"""The domain model's error tree.
 
 Raised only where a caller asks for strictness (decoding a payload, strict folds, batch
 validation). In the streaming fold an illegal step is a *row* (``models.fold.Step.violation``),

@@ -8,8 +8,8 @@ One rule set (``models.states``' tables, Kafka's ``validPreviousStates``) with t
 - integer codes and ``transition_matrix`` / ``legal_matrix``: the same table as small-int matrices for the
   pipelines' vectorised (numpy) segmented prefix-composition scan.
 
-How metadata events turn into steps of both machines is ``PartitionFold`` (kafka-zk-metadata.md §1-§3),
-including the controller's silent re-initialisation at a failover (``PartitionFold.reseed``, §2): the one
+How metadata events turn into steps of both machines is ``PartitionFold`` (docs/kafka-metadata.md),
+including the controller's silent re-initialisation at a failover (``PartitionFold.reseed``): the one
 home of the inference rules, which the pipelines' row fold calls and their vectorised fold mirrors.
 """
 
@@ -395,7 +395,7 @@ class PartitionFold:
     and, through the differential tests, the vectorised fold (``pipelines.vector_fold``) all step with this.
     Each step is checked against ``models.states`` (version-aware): an illegal one is reported and leaves the
     state unchanged, as Kafka 1.1+ logs and skips it; the rules below read the state as it runs.
-    ``live`` holds the brokers registered once the event happened. Rules (kafka-zk-metadata.md §1-§3):
+    ``live`` holds the brokers registered once the event happened. Rules (docs/kafka-metadata.md):
 
     * PARTITION_ASSIGNED: an unknown partition -> NewPartition; each unknown replica -> NewReplica; a replica
       dropped from the assignment (reassignment done) -> Offline -> DeletionStarted -> DeletionSuccessful ->
@@ -450,7 +450,7 @@ class PartitionFold:
         return new_view, run.steps
 
     def reseed(self, view: PartitionView, live: Container[int]) -> tuple[PartitionView, list[FoldStep]]:
-        """A newly elected controller's silent re-initialisation of this partition (kafka-zk-metadata.md §2).
+        """A newly elected controller's silent re-initialisation of this partition (docs/kafka-metadata.md).
 
         PSM@3.8.0 ``initializePartitionState``: Online if the ZK leader is alive, Offline if not, New without a
         state znode. RSM@3.8.0 ``initializeReplicaState``: each assigned replica Online if its broker is alive,

@@ -1,4 +1,4 @@
-"""The lake's tables: names, columns and keys (contracts.md), as plain data.
+"""The lake's tables: names, columns and keys (docs/tables.md), as plain data.
 
 This is the one source of truth for table schemas: ``lakehouse`` turns a spec into a
 pyarrow schema for delta-rs, ``pipelines.schemas`` into a Spark StructType. Column types

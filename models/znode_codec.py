@@ -1,6 +1,6 @@
 """Znode payload codec: ZooKeeper change -> typed ``MetadataEvent`` s, and the inverse ``encode_*``.
 
-Ground truth is kafka-zk-metadata.md §1 (``core/src/main/scala/kafka/zk/ZkData.scala`` at 1.1.0 … 3.8.0,
+Ground truth is docs/kafka-metadata.md (Kafka's ``core/src/main/scala/kafka/zk/ZkData.scala`` at 1.1.0 … 3.8.0,
 ``utils/ZkUtils.scala`` at 1.0.0). Decoding never depends on JSON key order. The ``encode_*`` family
 reproduces the exact bytes Kafka writes, including the key order of Scala's hashed maps (see
 ``scala_immutable_order`` / ``scala_mutable_order``), so a simulator can write realistic payloads.
@@ -38,7 +38,7 @@ T = MetadataEventType
 
 # --------------------------------------------------------------------------------------------- paths
 class PathKind(StrEnum):
-    """What a znode path is, in Kafka's ZK layout (kafka-zk-metadata.md §1)."""
+    """What a znode path is, in Kafka's ZK layout (docs/kafka-metadata.md)."""
 
     CONTROLLER = "controller"  # /controller (ephemeral)
     CONTROLLER_EPOCH = "controller_epoch"  # /controller_epoch, plain decimal
@@ -229,7 +229,7 @@ PAYLOAD_VERSIONS: Final[dict[PathKind, frozenset[int]]] = {
     PathKind.MIGRATION: frozenset({0}),
 }
 
-LEADER_NONE: Final = -1  # no leader: the partition is offline (I5)
+LEADER_NONE: Final = -1  # no leader: the partition is offline
 LEADER_DURING_DELETE: Final = -2  # only inside UpdateMetadata requests, never in ZK (CCM@3.8.0 l477)
 
 
@@ -721,7 +721,7 @@ def _decode_session_op(change: ZnodeChange, info: PathInfo) -> list[MetadataEven
 def decode(
     change: ZnodeChange, kafka_version_hint: str | None = None, chroot: str | None = None
 ) -> list[MetadataEvent]:
-    """Typed metadata events of one znode change (kafka-zk-metadata.md §1).
+    """Typed metadata events of one znode change (docs/kafka-metadata.md).
 
     Args:
         change: the observed change (a ``znode_events`` row).
@@ -763,7 +763,7 @@ _INT32_FIELDS: Final = ("partition", "broker", "controller_id", "controller_epoc
 # - immutable Map with <= 4 entries (Map1..Map4): insertion order;
 # - immutable Map with > 4 entries (HashTrieMap / CHAMP): ascending improved-hash bits, 5 at a time;
 # - mutable.HashMap (Scala 2.12 HashTable): descending bucket index, newest entry first in a bucket.
-# The partition state example in the reference, {"controller_epoch":1,"leader":1,"version":1,
+# Kafka's own partition state example, {"controller_epoch":1,"leader":1,"version":1,
 # "leader_epoch":0,"isr":[1,2]}, is exactly the immutable order computed below.
 
 _MASK32: Final = 0xFFFFFFFF

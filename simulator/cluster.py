@@ -150,7 +150,7 @@ class Controller:
 
     # -- writing ----------------------------------------------------------------------------------------
     def commit(self, batches: list[list[tuple[Any, ...]]], event: str = "") -> list[bool]:
-        """Issue each batch of ops asynchronously; returns per-batch success. Fencing per version (KZC §3)."""
+        """Issue each batch of ops asynchronously; returns per-batch success. Fencing per version (docs/kafka-metadata.md)."""
         client = self.broker.client
         if client is None:
             raise RuntimeError(f"controller {self.id} has no session")

@@ -1,4 +1,4 @@
-"""controller.log and state-change.log lines as Kafka of a given version writes them (kafka-zk-metadata.md §4).
+"""controller.log and state-change.log lines as Kafka of a given version writes them (docs/log-templates.md).
 
 Layout `[%d] %p %m (%c)%n` (config/log4j.properties). Timestamps come from `SimClock`, a simulated clock
 derived from the seed, so a seeded run writes byte-identical logs (wall-clock time is not used anywhere).

@@ -9,7 +9,7 @@ next replica of the current ISR (leader epoch +1, 30%) or shrinks/expands the IS
 epoch, 70%). Every `FAILOVER_EVERY` state events the controller resigns and the next broker wins the election
 (`/controller` DELETE + CREATE, `/controller_epoch` +1), and later writes carry the new epoch. zxids are strictly
 increasing; the preamble and failover rows are extra, `events` counts partition-state writes only. Decoded and
-folded (models.fold.project_metadata) the history has no illegal transition and keeps invariants I1-I6/I8.
+folded (models.fold.project_metadata) the history has no illegal transition and breaks no invariant of docs/invariants.md.
 
 Speed (10M events in well under a minute on 2 cores): the per-partition state is numpy, every string column is
 built by pyarrow compute kernels (no per-row Python formatting), and the only per-row Python left is the sha1 of
@@ -293,7 +293,7 @@ def preamble_rows(partitions: int, brokers: int, seed: int = 0) -> list[ControlR
     """What a 2.8 cluster writes before the first partition-state write, in order.
 
     Brokers register; the first controller is elected the 2.1+ way (`/controller_epoch` created with 0, then
-    one multi creating `/controller` and setting the epoch to 1, reference §3); each topic's assignment znode is
+    one multi creating `/controller` and setting the epoch to 1, docs/kafka-metadata.md); each topic's assignment znode is
     created (TopicZNode v3 with topic_id, the CREATE of AdminZkClient topic creation). Without the assignments,
     every first state write would start from NonExistentPartition and read as an illegal transition.
     """

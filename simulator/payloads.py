@@ -1,4 +1,4 @@
-"""Znode payload bytes exactly as Kafka of a given version writes them (kafka-zk-metadata.md §1).
+"""Znode payload bytes exactly as Kafka of a given version writes them (docs/kafka-metadata.md).
 
 The simulator writes through the project's one codec, `models.znode_codec`: the bytes the simulated cluster
 writes and the bytes the pipeline decodes come from the same rules.

@@ -1,7 +1,7 @@
 """Named, seeded scenarios and `run_scenario`.
 
 A scenario is JSON-shaped data: `brokers`, `topics`, a list of `steps` and the `expected_anomalies` the history
-really shows per kafka-zk-metadata.md (exactly these kinds; an entry may carry `"versions": "<2.1"` or
+really shows (docs/invariants.md; exactly these kinds; an entry may carry `"versions": "<2.1"` or
 `">=2.1"` when the answer depends on the Kafka version). A JSON file with the same structure can be run by path.
 """
 
@@ -48,9 +48,9 @@ SCENARIOS: dict[str, Scenario] = {
         "steps": [*_START, {"op": "zombie", "topic": "orders"}, {"op": "checkpoint", "name": "after-zombie"}],
         "expected_anomalies": [
             {"kind": "ZOMBIE_CONTROLLER_WRITE", "topic": "orders", "partition": "$zombie", "versions": "<2.1"},
-            # All versions (was "<2.1"): fencing only stops the ZooKeeper write; the zombie still logs controller
+            # All versions: fencing only stops the ZooKeeper write; the zombie still logs controller
             # actions at its old epoch (Sending LeaderAndIsr ... epoch=1) after the successor's election at epoch 2,
-            # which is exactly I9 / contracts.md SPLIT_BRAIN (decisions from two controller ids, overlapping terms).
+            # which is SPLIT_BRAIN (one-controller, docs/invariants.md): decisions of two ids, overlapping terms.
             {"kind": "SPLIT_BRAIN"},
             {"kind": "FENCED_CONTROLLER_WRITE", "versions": ">=2.1"},
             {"kind": "STALE_CONTROLLER_REQUEST"},
@@ -82,7 +82,7 @@ SCENARIOS: dict[str, Scenario] = {
             {"kind": "UNCLEAN_LEADER_ELECTION", "topic": "logs", "partition": 0},
             # With both replicas down the controller's OfflinePartition -> OnlinePartition election fails and it logs
             # "failed to change state ... StateChangeFailedException: Failed to elect leader" (the simulator writes
-            # it): a real FAILED_STATE_CHANGE per contracts.md, before the restart allows the unclean election.
+            # it): a real FAILED_STATE_CHANGE, before the restart allows the unclean election.
             {"kind": "FAILED_STATE_CHANGE", "topic": "logs", "partition": 0},
         ],
     },
@@ -312,7 +312,7 @@ class _Runner:
         self._isr_changes([p], [isr])
 
     def _isr_changes(self, parts: list[PartitionView], isrs: list[list[int]]) -> None:
-        """ISR-only writes (leader and leader epoch unchanged), by the writer the version has (reference §1).
+        """ISR-only writes (leader and leader epoch unchanged), by the writer the version has (docs/kafka-metadata.md).
 
         < 2.7: each partition's leader writes its state znode itself (conditional on its cached zkVersion,
         keeping the controller_epoch that made it leader), then one isr_change_notification per leader naming

@@ -8,7 +8,7 @@ Two entry points:
 * :func:`run_quality_on_batch` validates DataFrames you already hold (the monitor's ``foreachBatch``);
   it writes nothing.
 
-GX chain (platform-notes): ephemeral context -> Spark data source (persist=False, so batches are not
+GX chain: ephemeral context -> Spark data source (persist=False, so batches are not
 cached forever) -> dataframe asset -> whole-dataframe batch definition -> suite -> ValidationDefinition
 -> Checkpoint -> ``run(batch_parameters={"dataframe": df})``. Every expectation costs Spark jobs, so each
 table's DataFrame is cached once for all of its expectations.

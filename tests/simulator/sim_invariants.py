@@ -1,8 +1,8 @@
-"""Pure-Python checks of a written znode history: decode with models.znode_codec, fold, invariants I1-I8.
+"""Pure-Python checks of a written znode history: decode with models.znode_codec, fold, invariants (docs/invariants.md).
 
 Shared by the simulator tests (module name kept unique: tests/ folders are not packages). The fold
 (models.fold.project_metadata) finds illegal state-machine steps; `invariant_breaks` adds the znode-history
-invariants of kafka-zk-metadata.md §3 that the fold does not look at.
+invariants of docs/invariants.md that the fold does not look at.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class _World:
 
 
 def invariant_breaks(events: Sequence[MetadataEvent]) -> list[str]:
-    """Every break of I1-I6/I8 (and every offline write) in a decoded history, one readable line each."""
+    """Every invariant break (and every offline write) in a decoded history, one readable line each."""
     w = _World()
     for e in events:
         if e.type is T.BROKER_REGISTERED and e.broker is not None:
@@ -55,7 +55,7 @@ def invariant_breaks(events: Sequence[MetadataEvent]) -> list[str]:
         elif e.type is T.BROKER_DEREGISTERED and e.broker is not None:
             w.live.discard(e.broker)
         elif e.type is T.CONTROLLER_EPOCH_CHANGED and e.controller_epoch is not None:
-            if w.epoch is not None and e.controller_epoch != w.epoch + 1:  # I1
+            if w.epoch is not None and e.controller_epoch != w.epoch + 1:  # controller-epoch-rises
                 w.breaks.append(f"zxid {e.zxid}: controller epoch {w.epoch} -> {e.controller_epoch}")
             w.epoch = e.controller_epoch
         elif e.type is T.PARTITION_ASSIGNED and e.topic is not None and e.partition is not None:
@@ -70,30 +70,30 @@ def _check_state_write(w: _World, e: MetadataEvent) -> None:
     where = f"zxid {e.zxid} {e.topic}-{e.partition}"
     bad = w.breaks
     p = w.parts.get((e.topic, e.partition))
-    if p is None or not p.replicas:  # I8
+    if p is None or not p.replicas:  # state-under-topic
         bad.append(f"{where}: state written without an assignment")
         p = w.parts.setdefault((e.topic, e.partition), _Partition())
     isr = e.isr or ()
     if e.leader == -1:
         bad.append(f"{where}: offline (leader -1)")
-    elif e.leader not in isr:  # I4
+    elif e.leader not in isr:  # consistent-leader-and-isr
         bad.append(f"{where}: leader {e.leader} not in isr {isr}")
-    if e.leader >= 0 and e.leader not in w.live:  # I4
+    if e.leader >= 0 and e.leader not in w.live:  # consistent-leader-and-isr
         bad.append(f"{where}: leader {e.leader} not registered (live {sorted(w.live)})")
-    if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(p.replicas):  # I4, I6
+    if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(p.replicas):  # consistent-leader-and-isr, clean-election
         bad.append(f"{where}: isr {isr} empty, duplicated or outside replicas {p.replicas}")
-    if e.leader_epoch < p.leader_epoch:  # I2
+    if e.leader_epoch < p.leader_epoch:  # leader-epoch-rises
         bad.append(f"{where}: leader epoch {p.leader_epoch} -> {e.leader_epoch}")
     if p.leader is not None and e.leader != p.leader:
-        if e.leader_epoch <= p.leader_epoch:  # I2: a leader change bumps the epoch
+        if e.leader_epoch <= p.leader_epoch:  # leader-epoch-rises: a leader change bumps it
             bad.append(f"{where}: leader {p.leader} -> {e.leader} at the same epoch {e.leader_epoch}")
-        if e.leader >= 0 and e.leader not in p.isr:  # I6: a clean election picks from the previous ISR
+        if e.leader >= 0 and e.leader not in p.isr:  # clean-election: it picks from the previous ISR
             bad.append(f"{where}: unclean election of {e.leader} (previous isr {p.isr})")
-    if e.controller_epoch is not None and w.epoch is not None and e.controller_epoch > w.epoch:  # I3
+    if e.controller_epoch is not None and w.epoch is not None and e.controller_epoch > w.epoch:  # current-controller-writes
         bad.append(f"{where}: controller epoch {e.controller_epoch} ahead of /controller_epoch {w.epoch}")
     if (w.epoch is not None and e.controller_epoch is not None and e.controller_epoch < w.epoch
-            and p.leader_epoch >= 0 and e.leader_epoch > p.leader_epoch):  # I3: zombie write
+            and p.leader_epoch >= 0 and e.leader_epoch > p.leader_epoch):  # current-controller-writes: zombie
         bad.append(f"{where}: leader epoch bumped at old controller epoch {e.controller_epoch} < {w.epoch}")
-    if e.zk_version is not None and p.zk_version is not None and e.zk_version != p.zk_version + 1:  # I2
+    if e.zk_version is not None and p.zk_version is not None and e.zk_version != p.zk_version + 1:  # leader-epoch-rises
         bad.append(f"{where}: zkVersion {p.zk_version} -> {e.zk_version}")
     p.leader, p.leader_epoch, p.isr, p.zk_version = e.leader, e.leader_epoch, isr, e.zk_version

@@ -2,7 +2,7 @@
 
 The history is checked without Spark: every row read back from the real Delta table is decoded with
 models.znode_codec and folded with models.fold.project_metadata (no illegal step), and the znode invariants
-I1-I6/I8 of kafka-zk-metadata.md §3 hold on every write (tests/simulator/sim_invariants.py).
+the invariants of docs/invariants.md hold on every write (tests/simulator/sim_invariants.py).
 """
 
 from __future__ import annotations

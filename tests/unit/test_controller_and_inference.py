@@ -1,4 +1,4 @@
-"""Controller terms and predicates (I1-I3, I9), and the metadata -> state-machine inference and fold."""
+"""Controller terms and predicates (docs/invariants.md), and the metadata -> state-machine inference and fold."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def test_epoch_regressions_i1_i2() -> None:
     events = [
         ev(1, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=3),
         ev(2, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=5),  # a jump: gap, not a regression
-        ev(3, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=4),  # I1 broken
+        ev(3, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=4),  # controller-epoch-rises broken
         ev(4, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=5),
         ev(5, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=5),  # ISR-only: fine
         ev(6, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=2, leader_epoch=5),  # no bump

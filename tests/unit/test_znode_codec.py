@@ -1,5 +1,5 @@
-"""The znode codec on every path and payload version of kafka-zk-metadata.md §1, malformed payloads and
-encode -> decode round trips. Literal payloads are the reference's examples (ZkData.scala at the cited tags).
+"""The znode codec on every path and payload version of docs/kafka-metadata.md, malformed payloads and
+encode -> decode round trips. Literal payloads are Kafka's own examples (ZkData.scala at the cited tags).
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ def test_malformed_payloads_raise_with_reason(path: str, data: bytes, reason: st
 
 # ------------------------------------------------------------------------------ encode exactness
 def test_encode_matches_kafkas_bytes() -> None:
-    # the reference's literal examples, byte for byte (hashed key order included)
+    # Kafka's literal examples, byte for byte (hashed key order included)
     assert encode_partition_state(1, 0, 1, [1, 2], "2.0") == (
         b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1,2]}'
     )
