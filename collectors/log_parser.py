@@ -145,7 +145,10 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\[Controller id=(?P<cid>\d+) epoch=(?P<ep>\d+)\]\s"),
     re.compile(r"^\[Controller id=(?P<cid>\d+)\]\s"),
     re.compile(r"^\[Broker id=(?P<bid>\d+)\]\s"),
-    re.compile(r"^\[(?:ControllerEventThread|RequestSendThread) controllerId=(?P<cid>\d+)\]\s"),
+    re.compile(r"^\[(?:ControllerEventThread|RequestSendThread|PartitionStateMachine|ReplicaStateMachine) "
+               r"controllerId=(?P<cid>\d+)\]\s"),
+    re.compile(r"^\[Topic Deletion Manager (?P<cid>\d+)\][,:]?\s"),
+    re.compile(r"^\[MetadataCache brokerId=(?P<bid>\d+)\]\s"),
     re.compile(r"^\[Controller id=(?P<cid>\d+), targetBrokerId=\d+\]\s"),
     re.compile(r"^\[Partition (?P<tp>[\w.-]+-\d+) broker=(?P<bid>\d+)\]\s"),
     re.compile(r"^Partition (?P<tp>\[[\w.-]+,\d+\]) on broker (?P<bid>\d+):\s"),
@@ -779,7 +782,7 @@ _CATALOGUE: tuple[_Entry, ...] = (
     _e(T.ISR_EXPAND, K.ISR_CHANGE,
        rf"^Expanding ISR (?:for partition {_TP} )?from (?P<prev_isr>[\d,]*) to (?P<isr>[\d,]*)$"),
     _e(T.ISR_UPDATED, K.ISR_CHANGE,
-       r"^ISR updated (?:from AlterIsr )?to \[?(?P<isr>[\d,]*)\]?(?: \(under-min-isr\))? ?and (?:zkVersion|version) "
+       r"^ISR updated (?:from AlterIsr )?to \[?(?P<isr>[\d,]*)\]?\s+(?:\(under-min-isr\)\s+)?and (?:zkVersion|version) "
        r"updated to \[?(?P<zkv>-?\d+)\]?$"),
     _e(T.ISR_UPDATED, K.OTHER,
        r"^(?:ISR update in-flight, not (?:adding new in-sync replica|removing out-of-sync replicas) .*"

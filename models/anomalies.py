@@ -1,4 +1,4 @@
-"""Anomaly kinds (contracts.md) with their default severity."""
+"""Anomaly kinds with their default severity (docs/invariants.md says when each fires)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class AnomalyKind(StrEnum):
     FAILED_STATE_CHANGE = "FAILED_STATE_CHANGE"
     DECISION_ZK_DIVERGENCE = "DECISION_ZK_DIVERGENCE"
     COLLECTION_GAP = "COLLECTION_GAP"
+    STALE_ZK_VERSION_ISR_UPDATE = "STALE_ZK_VERSION_ISR_UPDATE"  # KAFKA-2729: a leader's ISR write refused
 
 
 SEVERITY: Final[dict[AnomalyKind, str]] = {
@@ -46,6 +47,7 @@ SEVERITY: Final[dict[AnomalyKind, str]] = {
     AnomalyKind.FAILED_STATE_CHANGE: "warning",
     AnomalyKind.DECISION_ZK_DIVERGENCE: "error",
     AnomalyKind.COLLECTION_GAP: "info",
+    AnomalyKind.STALE_ZK_VERSION_ISR_UPDATE: "warning",
 }
 
 

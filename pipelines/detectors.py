@@ -96,7 +96,7 @@ def _changed_leadership(w: pa.Table) -> pa.Array:
 
 
 def detect_zombie_writes(w: pa.Table) -> pa.Table:
-    """I3: leadership changed/epoch bumped by a write whose controller_epoch is older than /controller_epoch.
+    """current-controller-writes: leadership changed or epoch bumped with a controller_epoch older than current.
 
     A write at the same leader and leader_epoch that only changes the ISR is leader-originated (IBP < 2.7)
     and legitimately carries an old controller_epoch: not a zombie.
@@ -106,7 +106,7 @@ def detect_zombie_writes(w: pa.Table) -> pa.Table:
 
 
 def detect_leader_epoch_regression(w: pa.Table) -> pa.Table:
-    """I2, per topic incarnation (the fold resets the view on deletion)."""
+    """leader-epoch-rises, per topic incarnation (the fold resets the view on deletion)."""
     return shape(w, pc.less(w["leader_epoch"], w["prev_leader_epoch"]), K.LEADER_EPOCH_REGRESSION, WRITE_DETAILS)
 
 
@@ -117,13 +117,14 @@ def detect_leader_not_in_isr(w: pa.Table) -> pa.Table:
 
 
 def detect_isr_not_subset(w: pa.Table) -> pa.Table:
-    """I4: ISR members outside the assigned replicas (the full set during reassignment), or duplicates."""
+    """consistent-leader-and-isr: ISR members outside the assigned replicas (all of them in a reassignment), or
+    duplicates."""
     bad = list_has_outside(w["isr"], w["replicas"]) | list_has_duplicates(w["isr"])
     return shape(w, pa.array(bad), K.ISR_NOT_SUBSET_OF_REPLICAS, WRITE_DETAILS)
 
 
 def detect_leader_not_live(w: pa.Table) -> pa.Table:
-    """I4 liveness, allowing for the controller's reaction lag.
+    """consistent-leader-and-isr (leader registered), allowing for the controller's reaction lag.
 
     Rule: only a write that ELECTS a leader (leader or leader_epoch changes) is checked: electing a broker
     that is not registered under /brokers/ids at that zxid is wrong. A write that keeps an existing leader
@@ -141,7 +142,7 @@ def detect_offline_partitions(w: pa.Table) -> pa.Table:
 
 
 def detect_unclean_elections(w: pa.Table) -> pa.Table:
-    """I6: a new leader that was not in the previous ISR."""
+    """clean-election: a new leader that was not in the previous ISR."""
     new_leader = pc.or_kleene(pc.is_null(w["prev_leader"]), pc.not_equal(w["leader"], w["prev_leader"]))
     bad = pc.and_kleene(pc.and_kleene(pc.greater_equal(w["leader"], 0), pc.is_valid(w["prev_isr"])),
                         pc.and_kleene(new_leader, pc.invert(list_contains(w["prev_isr"], w["leader"]))))
@@ -181,6 +182,12 @@ def detect_stale_controller_requests(d: pa.Table) -> pa.Table:
     return _decisions(d, pc.equal(d["kind"], str(DecisionKind.STALE_CONTROLLER_REQUEST)), K.STALE_CONTROLLER_REQUEST)
 
 
+def detect_stale_zk_version_isr_updates(d: pa.Table) -> pa.Table:
+    """KAFKA-2729: a leader's cached partition-state version is behind ZooKeeper, so its ISR change was skipped."""
+    return shape(d, pc.equal(d["kind"], str(DecisionKind.STALE_ZK_VERSION)), K.STALE_ZK_VERSION_ISR_UPDATE,
+                 DECISION_DETAILS, time_column="ts", broker="broker_id")
+
+
 def detect_illegal_logged_transitions(d: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
     """Logged transitions checked against the version-aware tables, plus logged invalid-transition errors."""
     p_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(partition_valid_previous(kafka_version))))  # type: ignore[arg-type]
@@ -218,7 +225,7 @@ def detect_decision_zk_divergence(d: pa.Table, zk_writes: pa.Table) -> pa.Table:
 
 
 DECISION_DETECTORS: tuple[Callable[[pa.Table], pa.Table], ...] = (
-    detect_failed_state_changes, detect_stale_controller_requests,
+    detect_failed_state_changes, detect_stale_controller_requests, detect_stale_zk_version_isr_updates,
 )
 
 

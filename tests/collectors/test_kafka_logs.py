@@ -18,8 +18,8 @@ from collectors.log_parser import ParsedRecord, parse_lines, split_layout
 from models.decisions import TRANSITION_KINDS
 from models.decisions import DecisionKind as K
 
-REAL = Path("/work/shared/data/kafka-logs")
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "logs"
+REAL = FIXTURES / "real"  # excerpts of real brokers' logs (public bug reports and projects), as found
 
 
 def parse_file(name: str) -> tuple[list[ParsedRecord], list[Any]]:
@@ -434,7 +434,7 @@ def test_follow_survives_rotation(lake: Any, tmp_path: Path) -> None:
 
 def test_zombie_fixture_signals(lake: Any, tmp_path: Path) -> None:
     """Synthetic ≤2.0 zombie story (no public excerpt exists): soft-failure abort, stale WARNs, a cut line."""
-    summary = collect_logs(lake, FIXTURES)
+    summary = collect_logs(lake, FIXTURES / "zombie")
     rows = sorted(_rows(lake, "controller_decisions"), key=lambda r: r["line_no"])
     assert [r["kind"] for r in rows] == ["PARTITION_TRANSITION", "ZOMBIE_ABORT", "STALE_CONTROLLER_REQUEST",
                                          "STALE_CONTROLLER_REQUEST", "OTHER"]
