@@ -349,11 +349,8 @@ class ZkWatchCollector:
             known.due = now + known.delay
             return
         self.unreadable[path] = _Backoff(now + RETRY_FIRST_S, RETRY_FIRST_S)
-        try:
-            stat = self.client.exists(path)  # exists needs no permission: it dates the gap
-        except KazooException:
-            stat = None
-        at = int(stat.mzxid) if stat is not None else None
+        # its stat is unreadable too: the zxid of the refused read's reply is at or after its last change
+        at = max(int(self.client.last_zxid), self.max_zxid)
         self._gap(f"{path} is not readable by the collector's user ({type(error).__name__}: no READ permission "
                   "in its ACL): its data and everything under it are not collected; retried with backoff",
                   path=path, zxid=at, flush=False)
@@ -371,7 +368,12 @@ class ZkWatchCollector:
         for path, backoff in list(self.unreadable.items()):
             if backoff.due > now or self.unreadable.get(path) is not backoff:
                 continue
-            if self.client.exists(path) is None:
+            try:
+                there = self.client.exists(path) is not None
+            except NoAuthError as e:  # ZooKeeper 3.9 checks READ on exists too
+                self._unreadable(path, e)
+                continue
+            if not there:
                 del self.unreadable[path]  # gone: a known one's delete is recorded by its parent's listing
                 continue
             failures = backoff.failures
