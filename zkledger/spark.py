@@ -21,6 +21,18 @@ log = logging.getLogger(__name__)
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# Tables Spark creates keep the protocol delta-rs also reads and writes (lakehouse.maintenance has the tested
+# list): these Delta defaults stay off even where a cluster's own spark-defaults turn them on.
+DELTA_FEATURE_DEFAULTS = {
+    "spark.databricks.delta.properties.defaults.minReaderVersion": "1",
+    "spark.databricks.delta.properties.defaults.minWriterVersion": "2",
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
+    "spark.databricks.delta.properties.defaults.columnMapping.mode": "none",
+    "spark.databricks.delta.properties.defaults.checkpointPolicy": "classic",
+    "spark.databricks.delta.properties.defaults.enableRowTracking": "false",
+    "spark.databricks.delta.properties.defaults.enableTypeWidening": "false",
+    "spark.databricks.delta.properties.defaults.enableInCommitTimestamps": "false",
+}
 
 # Spark's default log4j2 profile prints a banner and INFO startup lines before setLogLevel can run; a config of
 # our own keeps the console at WARN from the first line and mutes known-harmless warnings.
@@ -92,6 +104,7 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        **DELTA_FEATURE_DEFAULTS,
         # Delta rebuilds a snapshot's state with this many tasks (default 50: slow for small metadata tables)
         "spark.databricks.delta.snapshotPartitions": str(settings.spark.shuffle_partitions),
         "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),

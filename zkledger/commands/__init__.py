@@ -20,7 +20,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 COMMANDS: tuple[str, ...] = (
-    "demo", "zk", "simulate", "collect", "rebuild", "monitor", "state", "anomalies", "check", "report",
+    "demo", "zk", "simulate", "collect", "rebuild", "monitor", "state", "anomalies", "check", "report", "maintain",
 )
 
 Handler = Callable[[argparse.Namespace, Any], "str | tuple[str, int]"]
