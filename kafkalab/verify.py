@@ -1,0 +1,123 @@
+"""zkledger's history against what Kafka reported: state at every settled point, controller tenures against the
+brokers' own controller.log lines, anomalies per phase.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kafkalab.scenarios import Phase
+from kafkalab.truth import NO_LEADER, PartitionView, Point, Sample, settled_points
+from models.anomalies import SEVERITY, AnomalyKind
+
+SERIOUS = ("error", "critical")
+
+# "[Controller id=2] 2 successfully elected as the controller. Epoch incremented to 3 and epoch zk version is now 2"
+# (2.x/3.x) and "[Controller 2]: Controller 2 incremented epoch to 3" (older lines)
+_ELECTED = re.compile(r"(?:\[Controller id=(\d+)\] \d+ successfully elected as the controller\. Epoch incremented to (\d+)"
+                      r"|\[Controller (\d+)\]: Controller \d+ incremented epoch to (\d+))")
+
+
+@dataclass
+class StateCheck:
+    points: int = 0
+    unsettled: int = 0
+    pending_deletion: int = 0  # partitions zkledger lists while their topic's deletion is pending; Kafka omits them
+    mismatches: list[str] = field(default_factory=list)
+
+
+def zkledger_state(metadata: list[dict[str, Any]], transitions: list[dict[str, Any]], at: datetime) -> dict[str, Any]:
+    from pipelines.time_travel import state_at
+
+    return state_at(metadata, transitions, at=at)
+
+
+def _as_view(p: dict[str, Any]) -> PartitionView:
+    leader = p["leader"] if p["leader"] is not None else NO_LEADER
+    return PartitionView(int(leader), p["leader_epoch"], tuple(sorted(p["isr"] or ())), tuple(p["replicas"] or ()))
+
+
+def compare_state(metadata: list[dict[str, Any]], transitions: list[dict[str, Any]],
+                  samples: list[Sample]) -> StateCheck:
+    """`state_at(T)` against Kafka's settled answer at every recorded T, for every partition and the controller;
+    a partition zkledger holds at T that Kafka did not report around T is a mismatch too."""
+    points, unsettled = settled_points(samples)
+    check = StateCheck(len(points), unsettled)
+    by_time: dict[datetime, list[Point]] = {}
+    for pt in points:
+        by_time.setdefault(pt.at, []).append(pt)
+    index = {s.at: i for i, s in enumerate(samples)}
+    requested = sorted((m["event_time"], m["topic"]) for m in metadata
+                       if m["type"] == "TOPIC_DELETION_REQUESTED" and m["event_time"] is not None)
+    for at, pts in sorted(by_time.items()):
+        st = zkledger_state(metadata, transitions, at)
+        ours = {(p["topic"], p["partition"]): _as_view(p) for p in st["partitions"]}
+        for pt in pts:
+            if pt.key is None:
+                if st["controller_id"] != pt.view:
+                    check.mismatches.append(f"{at.isoformat()} controller: kafka {pt.view}, zkledger "
+                                            f"{st['controller_id']}")
+                continue
+            mine = ours.get(pt.key)
+            if mine != pt.view:
+                check.mismatches.append(f"{at.isoformat()} {pt.key[0]}-{pt.key[1]}: kafka {pt.view}, zkledger {mine}")
+        i = index[at]
+        around = [samples[j].partitions for j in (i - 1, i, i + 1)]
+        if not all(around):
+            continue  # a broker just started answers with an empty cache until the controller updates it
+        deleting = {t for when, t in requested if when <= at}
+        for key in ours.keys() - set().union(*around):
+            if key[0] in deleting:
+                check.pending_deletion += 1
+                continue
+            check.mismatches.append(f"{at.isoformat()} {key[0]}-{key[1]}: kafka none, zkledger {ours[key]}")
+    return check
+
+
+def logged_elections(logs_root: Path) -> set[tuple[int, int]]:
+    """(controller id, epoch) of every election the brokers' controller.log files record."""
+    found: set[tuple[int, int]] = set()
+    for path in sorted(logs_root.glob("broker-*/controller.log*")):
+        for line in path.read_text(errors="replace").splitlines():
+            m = _ELECTED.search(line)
+            if m:
+                cid, epoch = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+                found.add((int(cid), int(epoch)))
+    return found
+
+
+def tenures(rows: Iterable[dict[str, Any]], source: str = "zk") -> set[tuple[int, int]]:
+    return {(int(r["controller_id"]), int(r["controller_epoch"])) for r in rows
+            if r.get("source") == source and r.get("controller_epoch") is not None}
+
+
+def phase_of(row: dict[str, Any], phases: list[Phase]) -> Phase | None:
+    """The phase an anomaly belongs to, by its event time (phases follow each other, never overlap); None for
+    what happened outside every phase (start-up, the final shutdown)."""
+    t = row.get("event_time") or row.get("detected_at")
+    for ph in phases:
+        if t is not None and ph.start <= t <= (ph.end or t):
+            return ph
+    return None
+
+
+def anomalies_by_phase(anomalies: list[dict[str, Any]], phases: list[Phase]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {ph.name: [] for ph in phases}
+    out["(outside)"] = []
+    for row in anomalies:
+        ph = phase_of(row, phases)
+        out[ph.name if ph else "(outside)"].append(row)
+    return out
+
+
+def serious(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if str(r.get("severity")) in SERIOUS and r.get("kind") != AnomalyKind.COLLECTION_GAP]
+
+
+def severity(kind: AnomalyKind) -> str:
+    return SEVERITY[kind]
