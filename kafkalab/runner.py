@@ -50,15 +50,17 @@ class LabRun:
     """Everything one run needs, under `work_dir`: `lake/`, `kafka/` (brokers, logs), collector output."""
 
     def __init__(self, line: str, work_dir: Path, zk: EmbeddedZooKeeper, *, size: int = 3,
-                 cluster_name: str | None = None, out: Any = None) -> None:
+                 cluster_name: str | None = None, lake_root: Path | None = None, out: Any = None) -> None:
         self.line = line
         self.work_dir = Path(work_dir).absolute()
         self.zk = zk
         self.chroot = f"/kafkalab-{line.replace('.', '')}-{uuid.uuid4().hex[:8]}"
         self.cluster_name = cluster_name or f"kafka-{line}"
-        self.lake_root = self.work_dir / "lake"
-        if (self.work_dir / "kafka").exists() or self.lake_root.exists():
+        self.lake_root = Path(lake_root).absolute() if lake_root is not None else self.work_dir / "lake"
+        if (self.work_dir / "kafka").exists():
             raise UserError(f"{self.work_dir} already holds a lab run; use a fresh directory")
+        if (self.lake_root / "znode_events").exists():
+            raise UserError(f"the lake {self.lake_root} already holds a history; use a fresh --lake")
         self.cluster = KafkaCluster(line, zk.hosts, self.chroot, self.work_dir / "kafka", size=size)
         self.collectors = Collectors(self.lake_root, self.cluster_name, zk.hosts, zk.data_dir, self.chroot,
                                      self.cluster.logs_root, self.work_dir / "collectors")

@@ -51,11 +51,12 @@ def admin_client(bootstrap: list[str], request_timeout_ms: int = 3000) -> Any:
 
 
 def describe(admin: Any) -> tuple[int | None, dict[tuple[str, int], PartitionView]]:
-    """The controller id and every non-internal partition as the answering broker sees them."""
-    cluster = admin.describe_cluster()
-    controller = cluster.get("controller_id")
+    """The controller id and every non-internal partition as the answering broker sees them: one Metadata
+    request, so both come from the same broker at the same moment."""
+    metadata = admin._manager.run(admin._get_cluster_metadata, None)  # the describe_* calls' own request
+    controller = metadata.get("controller_id")
     parts: dict[tuple[str, int], PartitionView] = {}
-    for topic in admin.describe_topics():
+    for topic in metadata["topics"]:
         if topic.get("is_internal") or str(topic["name"]).startswith("__"):
             continue
         for p in topic["partitions"]:

@@ -1,0 +1,165 @@
+"""zkledger against real ZooKeeper-mode Kafka brokers (kafkalab): one cluster per Kafka line plays every
+scenario in sequence with the three collectors running and an Admin client recording Kafka's own view; one
+`zkledger rebuild` then serves every check below.
+
+CI runs the 3.9 line with every scenario and the 2.8 line with the faults whose outcome depends on the line.
+The whole matrix (every line, every scenario): `pytest -m kafka_matrix tests/kafka` (see KAFKA_MATRIX).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafkalab import verify
+from kafkalab.runner import LabResult, LabRun
+from kafkalab.scenarios import FAULT, ROUTINE, SCENARIOS
+from models.anomalies import AnomalyKind as K
+
+pytestmark = pytest.mark.integration
+
+ALL = list(SCENARIOS)
+CI_OLDER = ["create", "offline-partition", "controller-failover", "zombie-controller", "unclean-election"]
+PLAN = {"3.9": ALL, "2.8": CI_OLDER}
+MATRIX = os.environ.get("KAFKA_MATRIX") == "1"
+if MATRIX:  # every scenario on every line with a pinned jar set that starts here
+    PLAN = {"3.9": ALL, "2.8": ALL}
+
+
+@pytest.fixture(scope="module", params=list(PLAN))
+def lab(request: pytest.FixtureRequest, zk_server: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabResult]:
+    line = request.param
+    run = LabRun(line, tmp_path_factory.mktemp(f"kafka-{line}"), zk_server)  # type: ignore[arg-type]
+    with run:
+        run.play(PLAN[line])
+    yield run.finish()
+
+
+def phase(res: LabResult, name: str) -> verify.Phase:
+    found = [p for p in res.phases if p.name == name]
+    if not found:
+        pytest.skip(f"scenario {name} is not played on Kafka {res.line} in this run")
+    return found[0]
+
+
+def kinds(res: LabResult, name: str) -> dict[str, str]:
+    """Anomaly kind -> severity of what zkledger found during one scenario."""
+    return {str(r["kind"]): str(r["severity"]) for r in verify.anomalies_by_phase(res.anomalies, res.phases)[name]}
+
+
+def test_the_collectors_ran_cleanly_and_the_logs_exist(lab: LabResult) -> None:
+    assert lab.collector_codes == {"watch": 0, "txnlog": 0, "logs": 0}
+    for broker in sorted(lab.logs_root.glob("broker-*")):
+        for name in ("server.log", "controller.log", "state-change.log"):
+            assert (broker / name).stat().st_size > 0, f"{broker.name}/{name} is empty"
+    sources = {r["source"] for r in lab.tables["znode_events"]}
+    assert {"watch", "txnlog"} <= sources
+    assert lab.tables["controller_decisions"], "no controller/state-change log line was parsed"
+
+
+def test_state_at_every_recorded_point_equals_what_kafka_reported(lab: LabResult) -> None:
+    check = verify.compare_state(lab.tables["metadata_events"], lab.tables["partition_transitions"], lab.samples)
+    assert check.points > 200, "too few settled ground-truth points to mean anything"
+    assert check.mismatches == []
+
+
+def test_controller_tenures_match_the_brokers_own_logs(lab: LabResult) -> None:
+    logged = verify.logged_elections(lab.logs_root)
+    assert logged, "no election in any controller.log"
+    assert verify.tenures(lab.tables["controller_tenure"], "zk") == logged
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n in ("create", "rolling-restart", "preferred-election",
+                                                          "reassignment")])
+def test_routine_operations_raise_nothing_serious(lab: LabResult, name: str) -> None:
+    ph = phase(lab, name)
+    assert ph.kind == ROUTINE
+    serious = verify.serious(verify.anomalies_by_phase(lab.anomalies, lab.phases)[name])
+    assert serious == [], [(r["kind"], r["topic"], r["partition"], r["details"]) for r in serious]
+
+
+@pytest.mark.xfail(strict=True, reason="disagreement: during a topic deletion the controller's leader -1 writes "
+                   "(its OfflineReplica step) read as an outage and as DeletionStarted -> Online; see "
+                   "docs/kafka-lab.md")
+def test_topic_deletion_with_a_broker_down_raises_nothing_serious(lab: LabResult) -> None:
+    ph = phase(lab, "deletion")
+    assert ph.notes["pending_while_down"], "the deletion did not wait for the stopped broker"
+    serious = verify.serious(verify.anomalies_by_phase(lab.anomalies, lab.phases)["deletion"])
+    assert serious == []
+
+
+def test_topic_deletion_finishes_after_the_broker_returns(lab: LabResult) -> None:
+    ph = phase(lab, "deletion")
+    assert ph.notes["pending_while_down"]
+    deleted = {m["topic"] for m in lab.tables["metadata_events"] if m["type"] == "TOPIC_DELETED"}
+    assert {"doomed", "rf1", "unclean"} <= deleted
+
+
+def test_an_offline_partition_is_found(lab: LabResult) -> None:
+    ph = phase(lab, "offline-partition")
+    topic, part = ph.notes["partition"].rsplit("-", 1)
+    rows = verify.anomalies_by_phase(lab.anomalies, lab.phases)["offline-partition"]
+    assert any(r["kind"] == K.OFFLINE_PARTITION and r["topic"] == topic and r["partition"] == int(part)
+               for r in rows)
+
+
+def test_a_controller_failover_is_a_new_tenure_with_the_new_controller(lab: LabResult) -> None:
+    ph = phase(lab, "controller-failover")
+    tenure = sorted((r for r in lab.tables["controller_tenure"] if r["source"] == "zk"),
+                    key=lambda r: r["controller_epoch"])
+    started = [r for r in tenure if r["start_time"] is not None and ph.start <= r["start_time"] <= ph.end]
+    assert [r["controller_id"] for r in started] == [ph.notes["new"]]
+    before = [r for r in tenure if r["controller_epoch"] == started[0]["controller_epoch"] - 1]
+    assert before and before[0]["controller_id"] == ph.notes["old"]
+    assert K.SPLIT_BRAIN not in kinds(lab, "controller-failover")
+
+
+def test_the_zombie_attempt_leaves_what_really_happened(lab: LabResult) -> None:
+    """SIGSTOP past the session timeout: the new controller takes over; on SIGCONT the old one learns its session
+    expired and resigns. Whatever the old controller wrote or sent afterwards must show up; nothing else may."""
+    ph = phase(lab, "zombie-controller")
+    found = kinds(lab, "zombie-controller")
+    stale_writes = [m for m in lab.tables["metadata_events"]
+                    if m["event_time"] is not None and ph.start <= m["event_time"] <= ph.end
+                    and m["type"] == "PARTITION_STATE_WRITTEN" and m["controller_id"] == ph.notes["old"]]
+    fenced = [z for z in lab.tables["znode_events"] if z["op"] == "MULTI_FAILED"
+              and z["txn_time"] is not None and ph.start <= z["txn_time"] <= ph.end]
+    assert (K.FENCED_CONTROLLER_WRITE in found) == bool(fenced)
+    assert K.ZOMBIE_CONTROLLER_WRITE not in found or stale_writes
+    assert K.SPLIT_BRAIN not in found or stale_writes
+    assert K.CONTROLLER_EPOCH_REGRESSION not in found
+
+
+def test_an_unclean_election_is_found(lab: LabResult) -> None:
+    ph = phase(lab, "unclean-election")
+    assert ph.kind == FAULT
+    rows = verify.anomalies_by_phase(lab.anomalies, lab.phases)["unclean-election"]
+    unclean = [r for r in rows if r["kind"] == K.UNCLEAN_LEADER_ELECTION and r["topic"] == "unclean"]
+    assert unclean, [(r["kind"], r["topic"]) for r in rows]
+    assert json.loads(unclean[0]["details"])["leader"] == ph.notes["follower"]
+    assert any(r["kind"] == K.OFFLINE_PARTITION and r["topic"] == "unclean" for r in rows)
+
+
+def test_state_at_cli_answers_for_a_recorded_point(lab: LabResult) -> None:
+    """`zkledger state --at T` (the user's command) against Kafka's answer at one settled point."""
+    points, _ = verify.settled_points(lab.samples)
+    pt = next(p for p in points if p.key is not None and p.key[0] == "rf3")
+    out = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(lab.lake_root), "--cluster",
+                          lab.cluster_name, "state", "--at", pt.at.isoformat(), "--topic", "rf3", "--format", "json"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    st = json.loads(out.stdout.splitlines()[0])
+    mine = next(p for p in st["partitions"] if p["partition"] == pt.key[1])
+    assert verify._as_view(mine) == pt.view
+
+
+def test_the_older_jar_sets_are_pinned() -> None:
+    root = Path(__file__).resolve().parents[2] / "jvm"
+    for line in ("kafka-3.9", "kafka-2.8", "kafka-2.1"):
+        sums = (root / line / "sha256sums").read_text().split()
+        assert any(name.startswith(("kafka_2.13-", "kafka_2.12-")) for name in sums[1::2]), line
