@@ -134,17 +134,27 @@ class Templates:
             return [f"{broker_id} successfully elected as the controller", f"Epoch incremented to {epoch}"]
         return [f"{broker_id} successfully elected as the controller", f"Incremented epoch to {epoch}"]
 
-    @staticmethod
-    def failover_milestones(epoch: int) -> list[str]:
+    def failover_milestones(self, epoch: int) -> list[str]:
+        """onControllerFailover's INFO lines (1.1+): four before the context is read, the rest after, then Ready.
+
+        The context dumps that name live brokers and topics ("Initialized broker epochs cache: ...", "Currently
+        active brokers ...") are left out: their contents are not known here, and a line Kafka never writes
+        would be worse than a missing one.
+        """
+        replica_startup = ["Initializing replica state", "Triggering online replica state changes"]
+        if self.version >= (2, 3):  # KAFKA-3143: offline replicas moved to OfflineReplica at startup
+            replica_startup.append("Triggering offline replica state changes")
         return [
             "Registering handlers",
             "Deleting log dir event notifications",
             "Deleting isr change notifications",
             "Initializing controller context",
-            "Initialized broker epochs cache",
+            "Fetching topic deletions in progress",
+            "Initializing topic deletion manager",
             "Sending update metadata request",
-            "Starting replica state machine",
-            "Starting partition state machine",
+            *replica_startup,
+            "Initializing partition state",
+            "Triggering online partition state changes",
             f"Ready to serve as the new controller with epoch {epoch}",
         ]
 

@@ -19,7 +19,6 @@ the column building, while a writer thread commits the previous batch to Delta (
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import multiprocessing
@@ -38,6 +37,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from simulator.payloads import topic_id
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ def failover_rows(k: int, brokers: int, partitions: int, failover_every: int = F
     zx = int(state_zxids(np.array([k * failover_every]), failover_every)[0]) - FAILOVER_ROWS
     ms = (zx - ZXID_BASE) + T0_US // 1000
     winner = k % brokers + 1
-    from models import znode_codec as zc
+    from simulator import payloads as zc
 
     return [
         ControlRow(zx, "/controller", "DELETE", None, None, None),
@@ -283,12 +284,6 @@ def control_table(rows: list[ControlRow], cluster: str) -> pa.Table:
     })
 
 
-def topic_id(seed: int, topic: int) -> str:
-    """A deterministic Kafka Uuid string (22 chars of URL-safe base64, no padding) per seed and topic."""
-    digest = hashlib.md5(f"offline-sim:{seed}:{topic}".encode(), usedforsecurity=False).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
-
-
 def preamble_rows(partitions: int, brokers: int, seed: int = 0) -> list[ControlRow]:
     """What a 2.8 cluster writes before the first partition-state write, in order.
 
@@ -297,7 +292,7 @@ def preamble_rows(partitions: int, brokers: int, seed: int = 0) -> list[ControlR
     created (TopicZNode v3 with topic_id, the CREATE of AdminZkClient topic creation). Without the assignments,
     every first state write would start from NonExistentPartition and read as an illegal transition.
     """
-    from models import znode_codec as zc
+    from simulator import payloads as zc
 
     rows: list[tuple[str, str, bytes, int]] = [
         (f"/brokers/ids/{b}", "CREATE",

@@ -232,7 +232,7 @@ class _Runner:
             start = self.cluster.rng.randrange(len(ids))
             rf = int(t["replication_factor"])
             assignment = {p: [ids[(start + p + j) % len(ids)] for j in range(rf)] for p in range(int(t["partitions"]))}
-            topic_id = f"sim{self.cluster.seed:06d}t{i:03d}AAAAAA"[:22]
+            topic_id = payloads.topic_id(self.cluster.seed, i)
             if t.get("unclean"):
                 cfg = b'{"version":1,"config":{"unclean.leader.election.enable":"true"}}'
                 self.cluster.admin_create(f"/config/topics/{t['name']}", cfg)

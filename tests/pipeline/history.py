@@ -1,12 +1,12 @@
-"""Small literal ZooKeeper histories as bronze ``znode_events`` rows (payloads from models.znode_codec)."""
+"""Small literal ZooKeeper histories as bronze ``znode_events`` rows (payloads from simulator.payloads)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from models import znode_codec as zc
 from models.ids import event_id
+from simulator import payloads as zc
 
 V = "2.0"  # a version where zombie writes can land
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs._common import MonitorCarry
-from models import znode_codec as zc
+from simulator import payloads as zc
 from models.events import MetadataEvent, MetadataEventType
 from models.fold import MetadataProjection, project_metadata
 from pipelines.engine import _arrow_schema, _empty_arrow, run_increment

@@ -23,7 +23,8 @@ from models.fold import (
 )
 from models.states import PartitionState as P
 from models.states import ReplicaState as R
-from models.znode_codec import decode, encode_controller, encode_controller_epoch, encode_partition_state
+from models.znode_codec import decode
+from simulator.payloads import encode_controller, encode_controller_epoch, encode_partition_state
 
 T = MetadataEventType
 

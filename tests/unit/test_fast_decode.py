@@ -10,7 +10,6 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.znode_codec import encode_partition_state, encode_topic_assignment
 from pipelines.decode import (
     _arrow_out_schema,
     _decode_batches,
@@ -18,6 +17,7 @@ from pipelines.decode import (
     fast_state_writes,
     fast_topic_assignments,
 )
+from simulator.payloads import encode_partition_state, encode_topic_assignment
 
 BRONZE = pa.schema([
     ("cluster", pa.string()), ("zxid", pa.int64()), ("path", pa.string()), ("op", pa.string()),

@@ -13,10 +13,8 @@ from hypothesis import strategies as st
 
 from models.errors import MalformedZnodeError
 from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
-from models.znode_codec import (
-    PathKind,
-    classify_path,
-    decode,
+from models.znode_codec import PathKind, classify_path, decode
+from simulator.payloads import (
     encode_admin_delete_topic,
     encode_broker_registration,
     encode_cluster_id,
