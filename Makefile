@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java maven jars browser test lint demo bench dist clean zk-start zk-status zk-stop
+.PHONY: help venv java maven jars browser test lint demo demo-kafka bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
+	@echo "make demo-kafka   a controller failover and a zombie attempt on real Kafka 3.9 brokers"
 	@echo "make test   install from nothing, lint, and run the whole test suite"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make dist   build dist/zkledger.zip for spark-submit --py-files"
@@ -66,12 +67,18 @@ test: venv java jars browser lint
 demo: venv java jars
 	$(VENV)/bin/zkledger --lake $(LAKE) demo
 
+# The same story on real Kafka 3.9 brokers (kafkalab): a controller failover and a zombie attempt, then the
+# anomalies, how zkledger's history compares with what Kafka reported, and the report. About 3 minutes.
+demo-kafka: venv java jars
+	rm -rf $(LAKE)/kafka-demo
+	$(VENV)/bin/zkledger --lake $(LAKE)/kafka-demo kafka-lab run create controller-failover zombie-controller
+
 bench: venv java jars
 	$(VENV)/bin/python -m benchmarks.run_all
 
 dist: venv jars
 	rm -rf dist && mkdir -p dist
-	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lakehouse simulator -x '*__pycache__*'
+	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
 	@echo "built dist/zkledger.zip"
 
 ZK_PORT ?= 0

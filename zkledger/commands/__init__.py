@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 COMMANDS: tuple[str, ...] = (
     "demo", "zk", "simulate", "collect", "rebuild", "monitor", "state", "anomalies", "check", "report", "maintain",
+    "kafka_lab",
 )
 
 Handler = Callable[[argparse.Namespace, Any], "str | tuple[str, int]"]

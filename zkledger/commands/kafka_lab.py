@@ -137,6 +137,10 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
         zk.stop()
     res = lab_run.finish()
     print_comparison(res, sys.stdout)
+    from zkledger.report import write_report
+
+    report = write_report(ctx.lake, os.path.join(ctx.lake_root, "zkledger-report.html"))[0]
+    print(f"\nreport: {report}", file=sys.stdout)
     check = verify.compare_state(res.tables["metadata_events"], res.tables["partition_transitions"], res.samples)
     return (f"kafka-lab: {len(res.phases)} scenarios on Kafka {args.kafka_version}; state matched Kafka at "
             f"{check.points - len(check.mismatches)} of {check.points} points; {len(res.anomalies)} anomalies; lake "
