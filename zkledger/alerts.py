@@ -3,6 +3,9 @@
 The webhook is posted from a background thread through a bounded queue so a slow or dead
 endpoint never blocks the stream; each post is retried with backoff, and when the queue is
 full the oldest alert is dropped and counted (the anomalies table stays the source of truth).
+Redirects are not followed (urllib would turn a 301/302/303 into a bodiless GET): a redirect
+fails the alert, like a 4xx, without retries. Logs name the endpoint by scheme and host only,
+since the path or query often carries a token.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from datetime import date, datetime
 from typing import Any, TextIO
 
 from models.anomalies import describe
+from zkledger.sanitize import remember_url, terminal_safe, url_for_log
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,8 @@ class WebhookSender:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"webhook URL must start with http:// or https://, got {url!r}")
         self.url = url
+        self.where = url_for_log(url)  # what logs may show
+        remember_url(url)  # and out of anything else logged (urllib errors, -vv debug lines)
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
@@ -110,13 +116,40 @@ class WebhookSender:
                 if 200 <= status < 300:
                     self.sent += 1
                     return
-                log.warning("webhook %s answered %s (attempt %d/%d)", self.url, status, attempt, self.attempts)
+                if not _worth_retrying(status):
+                    log.warning("webhook %s answered %s: not retried%s", self.where, status,
+                                " (redirects are not followed: configure the final URL)" if 300 <= status < 400 else "")
+                    break
+                log.warning("webhook %s answered %s (attempt %d/%d)", self.where, status, attempt, self.attempts)
             except (OSError, urllib.error.URLError) as exc:
-                log.warning("webhook %s failed: %s (attempt %d/%d)", self.url, exc, attempt, self.attempts)
+                log.warning("webhook %s failed: %s (attempt %d/%d)", self.where, _reason(exc), attempt, self.attempts)
             if attempt < self.attempts:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
         self.failed += 1
+
+
+def _worth_retrying(status: int) -> bool:
+    """Server trouble and throttling may pass; a redirect or another client error will not."""
+    return status >= 500 or status in (408, 429)
+
+
+def _reason(exc: BaseException) -> str:
+    """The failure without the URL (an HTTPError or URLError may carry it)."""
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return type(exc).__name__ if not exc.args else str(exc.args[-1])
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Make every 3xx answer the final one (urllib then reports it as an HTTPError with that code)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
 
 
 def _http_post(url: str, body: bytes, timeout_s: float) -> int:
@@ -124,9 +157,10 @@ def _http_post(url: str, body: bytes, timeout_s: float) -> int:
         url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "zkledger"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with _OPENER.open(request, timeout=timeout_s) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return int(exc.code)
 
 
@@ -141,7 +175,7 @@ class AnomalyAlerter:
     def publish(self, rows: Iterable[Mapping[str, Any]]) -> int:
         n = 0
         for row in rows:
-            print(describe(row), file=self.out, flush=True)
+            print(terminal_safe(describe(row)), file=self.out, flush=True)
             if self.webhook is not None:
                 self.webhook.submit(anomaly_json(row))
             n += 1

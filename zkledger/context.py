@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conf.settings import Settings
+from zkledger.errors import UserError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,10 +32,25 @@ class Context:
     def lake(self) -> Lake:
         """`lakehouse.Lake(root, cluster)`, imported on first use so commands without a lake stay light."""
         if self._lake is None:
+            self.check_lake_root()
             from lakehouse import Lake
 
             self._lake = Lake(self.lake_root, self.cluster)
         return self._lake
+
+    def check_lake_root(self) -> None:
+        """Raise a UserError when the lake root exists but is not a folder (it may not exist yet)."""
+        if os.path.exists(self.lake_root) and not os.path.isdir(self.lake_root):
+            raise UserError(f"--lake {self.lake_root}: not a directory (the lake is a folder of Delta tables)")
+
+    def require_table(self, table: str) -> None:
+        """Raise a UserError when the lake has no `table` (no lake at all is said as such)."""
+        lake = self.lake
+        if not os.path.isdir(self.lake_root):
+            raise UserError(f"no lake at {self.lake_root}: collect into it first (`zkledger collect ...`), "
+                            "or give --lake")
+        if not lake.exists(table):
+            raise UserError(f"no {table} table under {self.lake_root}: run `zkledger rebuild` first")
 
     def spark(self, app_name: str | None = None) -> SparkSession:
         """The SparkSession, built on first call by `zkledger.spark.build_spark`."""

@@ -64,6 +64,7 @@ QUALITY_DIR = "_quality"
 # each on 2 cores), which would make a 260-expectation run take minutes on tables of a few hundred rows.
 PANDAS_MAX_ROWS = 500_000
 _OBSERVED_MAX = 300  # characters of the observed value kept per result
+_SPARK_SOURCE, _PANDAS_SOURCE = "zkledger", "zkledger_pandas"  # GX data source names
 
 
 @dataclass(frozen=True)
@@ -249,9 +250,33 @@ class _Validator:
                         else gx.get_context(mode="ephemeral"))
         self._run = uuid.uuid4().hex[:8]  # names persist in a file context: keep them unique per run
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        self.source = self.context.data_sources.add_spark("zkledger", persist=False)
-        self.pandas_source = self.context.data_sources.add_pandas("zkledger_pandas")
+        if self.docs:
+            self._forget_earlier_runs()
+        # add_or_update: a file context keeps the data sources of the run before (a second `check`)
+        self.source = self.context.data_sources.add_or_update_spark(name=_SPARK_SOURCE, persist=False)
+        self.pandas_source = self.context.data_sources.add_or_update_pandas(name=_PANDAS_SOURCE)
         self._n = 0
+
+    def _forget_earlier_runs(self) -> None:
+        """Drop the checkpoints, validation definitions, suites and data sources an earlier run left in the
+        file context, so it does not grow with every run. Their validation results (the data docs' history)
+        stay. Best effort: a leftover that cannot be loaded is left alone."""
+        for collection in (self.context.checkpoints, self.context.validation_definitions, self.context.suites):
+            try:
+                names = [item.name for item in collection.all()]
+            except Exception:
+                log.debug("cannot list %s of earlier runs", type(collection).__name__, exc_info=True)
+                continue
+            for name in names:
+                try:
+                    collection.delete(name)
+                except Exception:
+                    log.debug("cannot delete %s", name, exc_info=True)
+        for name in (_SPARK_SOURCE, _PANDAS_SOURCE):
+            try:
+                self.context.data_sources.delete(name)
+            except Exception:  # absent (the first run)
+                log.debug("no data source %s to delete", name, exc_info=True)
 
     def validate(self, suite: mq.Suite, df: DataFrame, table_version: int | None = None) -> SuiteResult:
         gx = self._gx

@@ -8,6 +8,7 @@ with its evidence. Every user-controlled string is escaped (``html.escape``), SV
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -400,9 +401,14 @@ def write_report(lake: Lake, out: str | os.PathLike[str]) -> tuple[str, ReportDa
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(page)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)  # no half-written file left beside the target
+        raise
     log.info("report written to %s (%d bytes)", path, len(page))
     return path, data
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from models.anomalies import AnomalyKind, describe
 from zkledger.errors import UserError
+from zkledger.sanitize import terminal_safe
 
 
 def register(subparsers: Any) -> None:
@@ -38,12 +39,11 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     if args.kind is not None and args.kind not in AnomalyKind.__members__:
         raise UserError(f"unknown kind {args.kind!r}; one of: {', '.join(AnomalyKind.__members__)}")
     since = parse_time(args.since) if args.since else None
-    if not ctx.lake.exists("anomalies"):
-        raise UserError(f"no anomalies table under {ctx.lake_root}: run `zkledger rebuild` first")
+    ctx.require_table("anomalies")
     rows = select(ctx.lake.read_arrow("anomalies").to_pylist(), since, args.kind)
     for r in rows:
         if args.format == "json":
             print(json.dumps(r, default=str, sort_keys=True))
         else:
-            print(describe(r))
+            print(terminal_safe(describe(r)))  # details come from logs and znodes: no raw ESC/BEL
     return f"{len(rows)} anomalies"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
+from zkledger.errors import UserError
 from zkledger.report import write_report
 
 
@@ -21,6 +23,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
+    if os.path.isdir(args.out):
+        raise UserError(f"--out {args.out}: is a directory; give the report's file name (e.g. {args.out}/report.html)")
+    ctx.require_table("anomalies")
     path, data = write_report(ctx.lake, args.out)
     n = len(data.rows("anomalies"))
     return f"report written to {path} ({n} anomalies, {len(data.rows('controller_tenure'))} controller terms)"

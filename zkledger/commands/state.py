@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from zkledger.errors import UserError
+from zkledger.sanitize import terminal_safe
 
 
 def parse_zxid(text: str) -> int:
@@ -38,8 +38,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     from zkledger.commands.anomalies import parse_time
 
     at = parse_time(args.at) if args.at else None
-    if not ctx.lake.exists("metadata_events"):
-        raise UserError(f"no metadata_events table under {ctx.lake_root}: run `zkledger rebuild` first")
+    ctx.require_table("metadata_events")
     transitions = ctx.lake.read_arrow("partition_transitions").to_pylist() if ctx.lake.exists("partition_transitions") else []
     st = state_at(ctx.lake.read_arrow("metadata_events").to_pylist(), transitions, zxid=args.zxid, at=at,
                   topic=args.topic)
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         print(f"controller: {st['controller_id']}  epoch: {st['controller_epoch']}  live brokers: {st['live_brokers']}")
         print(f"{'topic':<24} {'part':>4} {'state':<22} {'leader':>6} {'epoch':>5}  isr / replicas")
         for p in st["partitions"]:
-            print(f"{p['topic']:<24} {p['partition']:>4} {p['state'] or '-':<22} {p['leader']!s:>6} "
+            print(f"{terminal_safe(p['topic']):<24} {p['partition']:>4} {p['state'] or '-':<22} {p['leader']!s:>6} "
                   f"{p['leader_epoch']!s:>5}  {p['isr']} / {p['replicas']}")
     point = f"zxid {args.zxid}" if args.zxid is not None else f"{at}"
     return f"{len(st['partitions'])} partitions as of {point}"

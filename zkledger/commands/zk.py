@@ -26,6 +26,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> str:
+    if not args.data_dir:
+        ctx.check_lake_root()
     data_dir = Path(args.data_dir) if args.data_dir else Path(ctx.lake_root) / "_zookeeper"
     if args.action == "start":
         return _start(data_dir, args.port)
