@@ -1,5 +1,7 @@
 """The lake: one Delta table per models.tables spec, written and read with delta-rs (no JVM).
 
+Spark reads, streams and writes the same tables through Delta's own connector (``lakehouse.spark_io``).
+
 Idempotence: every commit carries a Delta app transaction ``(writer_id, batch_seq)``. delta-rs does not
 reject a repeated ``(app_id, version)`` itself, so ``append``/``overwrite`` read
 ``transaction_version(writer_id)`` first and skip a batch that is already in the table. That check is
@@ -9,6 +11,7 @@ commit concurrently and delta-rs' conflict checker (plus a retry here) serialise
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -23,6 +26,7 @@ from typing import Any, Literal, TypeAlias
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -32,6 +36,9 @@ log = logging.getLogger(__name__)
 
 Rows: TypeAlias = "Sequence[Mapping[str, Any]] | pa.Table"
 WriteMode = Literal["append", "overwrite"]
+
+USER_METADATA = "userMetadata"
+"""The commit-info field where Delta's Spark connector keeps a writer's metadata (one JSON string here)."""
 
 CRASH_ENV = "ZKLEDGER_LAKE_CRASH"
 """Test hook: ``<stage>:<batch_seq>`` (stage ``before_commit`` or ``after_commit``) makes the process
@@ -138,8 +145,33 @@ class Lake:
             return dt.transaction_version(writer_id)
 
     def history(self, table: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """Commit infos, newest first (``version``, ``timestamp`` in ms, ``operation``...)."""
-        return self._load(table).history(limit)
+        """Commit infos, newest first (``version``, ``timestamp`` in ms, ``operation``...).
+
+        A commit's metadata appears as top-level keys whichever engine wrote it: delta-rs stores it so,
+        Delta's connector as one JSON ``userMetadata`` string, unpacked here.
+        """
+        commits = self._load(table).history(limit)
+        for commit in commits:
+            extra = commit.get(USER_METADATA)
+            if isinstance(extra, str):
+                try:
+                    unpacked = json.loads(extra)
+                except ValueError:
+                    continue
+                if isinstance(unpacked, dict):
+                    commit.update({k: v for k, v in unpacked.items() if k not in commit})
+        return commits
+
+    def version_at(self, table: str, as_of: datetime) -> int:
+        """The newest version committed at or before ``as_of`` (timezone-aware), by the commits' own
+        timestamps (what ``history()`` shows, so a time read there selects that very version)."""
+        if as_of.tzinfo is None:
+            raise ValueError("as_of must be timezone-aware (UTC)")
+        as_of_ms = as_of.timestamp() * 1000
+        versions = [int(h["version"]) for h in self._load(table).history() if int(h["timestamp"]) <= as_of_ms]
+        if not versions:
+            raise ValueError(f"{table}: no version at or before {as_of.isoformat()}")
+        return max(versions)
 
     # ----------------------------------------------------------------- create
     def ensure(self, table: str) -> None:
@@ -289,19 +321,9 @@ class Lake:
         """A delta-rs DeltaTable pinned to a version or a time (time travel)."""
         if version is not None and as_of is not None:
             raise ValueError("give version or as_of, not both")
-        dt = self._load(table, version=version)
         if as_of is not None:
-            if as_of.tzinfo is None:
-                raise ValueError("as_of must be timezone-aware (UTC)")
-            # Resolve the time against the commits' own timestamps (what `history()` shows), not the log
-            # files' modification times, which are a little later: a time read from history must select
-            # that very version.
-            as_of_ms = as_of.timestamp() * 1000
-            versions = [int(h["version"]) for h in dt.history() if int(h["timestamp"]) <= as_of_ms]
-            if not versions:
-                raise ValueError(f"{table}: no version at or before {as_of.isoformat()}")
-            dt.load_as_version(max(versions))
-        return dt
+            version = self.version_at(table, as_of)
+        return self._load(table, version=version)
 
     def conform_read(self, table: str, data: pa.Table) -> pa.Table:
         """Read data shaped to the current spec: spec order and types, null for columns added since."""
@@ -369,3 +391,19 @@ def _fill_cluster(arr: pa.Array | None, n: int, cluster: str) -> pa.Array:
 
 def _no_bad_nulls(cols: list[pa.ChunkedArray | pa.Array], schema: pa.Schema) -> bool:
     return all(f.nullable or c.null_count == 0 for c, f in zip(cols, schema, strict=True))
+
+
+def conform_file(table: str, data: pa.Table) -> pa.Table:
+    """A data file's rows in the spec's column order and types (null for columns added later)."""
+    schema = arrow_schema(table)
+    n = data.num_rows
+    cols = [
+        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(n, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(cols, names=schema.names)
+
+
+def read_data_files(table: str, files: Sequence[str]) -> pa.Table:
+    """The rows of these plain data files (``Lake.file_spans``), in this order, in the spec's columns."""
+    parts = [conform_file(table, pq.read_table(f)) for f in files]
+    return pa.concat_tables(parts) if parts else arrow_schema(table).empty_table()

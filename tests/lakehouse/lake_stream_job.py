@@ -13,7 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from conf.settings import load_settings
 from lakehouse import Lake
-from lakehouse.spark_io import drain_available_now, stream_table, write_batch
+from lakehouse.spark_io import stream_table, write_batch
 from zkledger.spark import build_spark
 
 WRITER = "stream:test"
@@ -26,16 +26,14 @@ def main(argv: list[str]) -> int:
     def sink_batch(df: DataFrame, batch_id: int) -> None:
         write_batch(df, sink, "znode_events", WRITER, batch_id)
 
-    def start() -> StreamingQuery:
-        return (
-            stream_table(spark, src, "znode_events")
-            .writeStream.foreachBatch(sink_batch)
-            .option("checkpointLocation", argv[2])
-            .trigger(availableNow=True)
-            .start()
-        )
-
-    drain_available_now(start, src, ["znode_events"])
+    query: StreamingQuery = (
+        stream_table(spark, src, "znode_events")
+        .writeStream.foreachBatch(sink_batch)
+        .option("checkpointLocation", argv[2])
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
     spark.stop()
     return 0
 

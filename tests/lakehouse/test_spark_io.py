@@ -1,4 +1,5 @@
-"""Spark over the lake: snapshot reads, the Delta version stream source and the idempotent foreachBatch sink."""
+"""Spark over the lake through Delta's connector: snapshot and time-travel reads, Delta's streaming source with its
+admission control, and the idempotent foreachBatch sink."""
 
 from __future__ import annotations
 
@@ -95,52 +96,59 @@ def test_stream_stopped_and_restarted_with_new_versions(spark: Any, tmp_path: Pa
     assert len(_ids(sink)) == 20
 
 
-def test_stream_caps_versions_per_trigger(spark: Any, tmp_path: Path) -> None:
-    src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
-    _fill(src, range(4))  # versions 1..4 (0 is the empty create)
-    seen: list[int] = []
-
+def _run_until_idle(spark: Any, src: Lake, sink: Lake, ckpt: Path, seen: list[int], **options: Any) -> None:
     def sink_batch(df: Any, batch_id: int) -> None:
         seen.append(batch_id)
         write_batch(df, sink, "znode_events", "copy", batch_id)
 
-    q = (stream_table(spark, src, "znode_events", max_versions_per_trigger=2).writeStream
-         .foreachBatch(sink_batch).option("checkpointLocation", str(tmp_path / "ck")).start())
+    q = (stream_table(spark, src, "znode_events", **options).writeStream
+         .foreachBatch(sink_batch).option("checkpointLocation", str(ckpt)).start())
     try:
         q.processAllAvailable()
     finally:
         q.stop()
-    assert len(seen) >= 3  # versions 0..4 in batches of at most 2 versions
-    assert _ids(sink) == _ids(src)
 
 
-@pytest.mark.parametrize(("bytes_per_partition", "tasks"), [(None, 1), (1, 4)])
-def test_stream_packs_small_files_into_one_task(spark: Any, tmp_path: Path, bytes_per_partition: int | None,
-                                                tasks: int) -> None:
+def test_stream_caps_files_per_trigger(spark: Any, tmp_path: Path) -> None:
     src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
-    _fill(src, range(4))  # four commits, one small file each
-    partitions: list[int] = []
-
-    def sink_batch(df: Any, batch_id: int) -> None:
-        partitions.append(df.rdd.getNumPartitions())
-        write_batch(df, sink, "znode_events", "copy", batch_id)
-
-    q = (stream_table(spark, src, "znode_events", bytes_per_partition=bytes_per_partition).writeStream
-         .foreachBatch(sink_batch).option("checkpointLocation", str(tmp_path / "ck")).start())
-    try:
-        q.processAllAvailable()
-    finally:
-        q.stop()
-    assert partitions == [tasks]
+    _fill(src, range(4))  # versions 1..4, one data file each
+    seen: list[int] = []
+    _run_until_idle(spark, src, sink, tmp_path / "ck", seen, max_files_per_trigger=2)
+    assert seen == [0, 1]  # four files, at most two per micro-batch
     assert _ids(sink) == _ids(src)
 
 
-def test_stream_refuses_a_version_that_removes_data(spark: Any, tmp_path: Path) -> None:
+def test_stream_starts_after_a_version(spark: Any, tmp_path: Path) -> None:
+    src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
+    _fill(src, range(4))  # versions 1..4
+    _run_until_idle(spark, src, sink, tmp_path / "ck", [], after_version=2)
+    later = {r["event_id"] for s in (2, 3) for r in batch_rows(s)}  # batches 2 and 3 are versions 3 and 4
+    assert set(_ids(sink)) == later
+
+
+def test_stream_refuses_a_version_that_rewrites_data(spark: Any, tmp_path: Path) -> None:
     src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
     _fill(src, range(1))
+    seen: list[int] = []
+    _run_until_idle(spark, src, sink, tmp_path / "ck", seen)
     src.overwrite("znode_events", batch_rows(9), writer_id="rewrite", batch_seq=0)
-    with pytest.raises(Exception, match="removes data"):
-        _run_available_now(spark, src, sink, tmp_path / "ck", [])
+    with pytest.raises(Exception, match="(?i)update|change|delete"):
+        _run_until_idle(spark, src, sink, tmp_path / "ck", seen)
+    assert seen == [0]
+
+
+def test_dataframe_writes_are_idempotent_and_keep_their_metadata(spark: Any, tmp_path: Path) -> None:
+    src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
+    _fill(src, range(2))
+    frame = read_table(spark, src, "znode_events")
+    assert write_batch(frame, sink, "znode_events", "w", 5, metadata={"zkledger.writer": "w"}) is True
+    assert write_batch(frame, sink, "znode_events", "w", 5) is False  # the same batch again: nothing written
+    assert write_batch(frame, sink, "znode_events", "w", 4) is False  # an older batch: nothing written
+    assert _ids(sink) == _ids(src)
+    assert sink.last_batch_seq("znode_events", "w") == 5  # Delta's txn action, read back by delta-rs
+    assert sink.history("znode_events", limit=1)[0]["zkledger.writer"] == "w"
+    assert write_batch(frame.limit(1), sink, "znode_events", "w", 6, mode="overwrite") is True
+    assert len(_ids(sink)) == 1
 
 
 def _job(src: Path, sink: Path, ckpt: Path, crash: str | None) -> int:
@@ -164,9 +172,8 @@ def test_stream_killed_mid_commit_restarts_exactly_once(tmp_path: Path) -> None:
     assert sink.last_batch_seq("znode_events", "stream:test") == 0
     assert len(_ids(sink)) == 3 * 4
     _fill(src, range(3, 5))  # versions 4..5 arrive while the query is down
-    # run 3: Spark replays micro-batch 0 again (not in its commit log): the app transaction makes it a no-op.
-    # Spark 4.1 ends an availableNow query on a Python source after that one replayed batch; the drain runs
-    # again for versions 4..5 (batch 1), so the sink ends equal to the source.
+    # run 3: Spark replays micro-batch 0 again (not in its commit log): the app transaction makes it a no-op;
+    # then versions 4..5 are batch 1 of the same availableNow run, so the sink ends equal to the source.
     assert _job(src_root, sink_root, ckpt, None) == 0
     got = _ids(sink)
     assert len(got) == len(set(got))  # no duplicates
