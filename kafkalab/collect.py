@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from kafkalab.cluster import die_with_parent
 from zkledger.errors import UserError
 
 SETTLE_S = 1.5  # a txnlog / log collector polls every 0.2 s: let the last writes be read before stopping
@@ -48,7 +49,8 @@ class Collectors:
         for name, cmd in self.commands().items():
             with (self.work_dir / f"collect-{name}.log").open("ab") as out:
                 self.procs[name] = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                                    stderr=subprocess.STDOUT, env=env)
+                                                    stderr=subprocess.STDOUT, env=env,
+                                                    preexec_fn=die_with_parent(signal.SIGTERM))
         time.sleep(SETTLE_S)
         for name, proc in self.procs.items():
             if proc.poll() is not None:

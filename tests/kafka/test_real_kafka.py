@@ -86,7 +86,7 @@ def test_routine_operations_raise_nothing_serious(lab: LabResult, name: str) -> 
 
 @pytest.mark.xfail(strict=True, reason="disagreement: during a topic deletion the controller's leader -1 writes "
                    "(its OfflineReplica step) read as an outage and as DeletionStarted -> Online; see "
-                   "docs/kafka-lab.md")
+                   "kafkalab/README.md")
 def test_topic_deletion_with_a_broker_down_raises_nothing_serious(lab: LabResult) -> None:
     ph = phase(lab, "deletion")
     assert ph.notes["pending_while_down"], "the deletion did not wait for the stopped broker"

@@ -67,7 +67,8 @@ def _start(args: argparse.Namespace, ctx: Any) -> str:
     if (lab / STATE).exists():
         raise UserError(f"a lab is already recorded in {lab}: run `zkledger kafka-lab stop` first")
     zk = EmbeddedZooKeeper(lab / "zookeeper", stop_at_exit=False).start()
-    cluster = KafkaCluster(args.kafka_version, zk.hosts, "/kafka", lab / "kafka", size=args.brokers)
+    cluster = KafkaCluster(args.kafka_version, zk.hosts, "/kafka", lab / "kafka", size=args.brokers,
+                           die_with_parent=False)
     try:
         cluster.start()
     except BaseException:
