@@ -46,6 +46,9 @@ class Sample:
 def admin_client(bootstrap: list[str], request_timeout_ms: int = 3000) -> Any:
     from kafka.admin import KafkaAdminClient
 
+    # a broker down is part of every fault scenario: the client's reconnect errors are expected, not news
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
     return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms,
                             client_id="kafkalab-truth", reconnect_backoff_max_ms=500)
 

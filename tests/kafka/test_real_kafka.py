@@ -67,6 +67,7 @@ def test_state_at_every_recorded_point_equals_what_kafka_reported(lab: LabResult
     check = verify.compare_state(lab.tables["metadata_events"], lab.tables["partition_transitions"], lab.samples)
     assert check.points > 200, "too few settled ground-truth points to mean anything"
     assert check.mismatches == []
+    assert check.lagged <= check.points // 20, "Kafka's answers trailed ZooKeeper too often to call them settled"
 
 
 def test_controller_tenures_match_the_brokers_own_logs(lab: LabResult) -> None:
