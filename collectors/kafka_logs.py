@@ -150,29 +150,29 @@ class FileTail:
         self.fh.close()
         self.lease.release()
 
-    def _readline(self, final: bool) -> tuple[bytes, int] | None:
-        """The next line (at most ``MAX_LINE_BYTES`` of it) and its full length; None when no whole line is
-        there yet (unless ``final``). The rest of a longer line is skipped, not held in memory."""
+    def _readline(self, final: bool) -> tuple[bytes, int | None] | None:
+        """The next line, and for a line longer than ``MAX_LINE_BYTES`` its length (without the newline) while
+        only its first ``MAX_LINE_BYTES`` are returned: the rest is skipped, never held in memory. None when no
+        whole line is there yet (unless ``final``)."""
         pos = self.fh.tell()
         raw = self.fh.readline(MAX_LINE_BYTES + 1)
         if not raw:
             return None
-        size = len(raw)
-        if size > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            raw = raw[:MAX_LINE_BYTES]
-            while True:  # skip to the end of the line
-                rest = self.fh.readline(_SKIP_CHUNK)
-                size += len(rest)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            if not rest and not final:
-                self.fh.seek(pos)  # the writer is still mid-line
+        if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+            if not raw.endswith(b"\n") and not final:
+                self.fh.seek(pos)  # the writer is mid-line: wait for the rest
                 return None
-            return raw + b"\n", size
-        if not raw.endswith(b"\n") and not final:
-            self.fh.seek(pos)  # the writer is mid-line: wait for the rest
+            return raw, None
+        size = len(raw)
+        while True:  # skip to the end of the line
+            rest = self.fh.readline(_SKIP_CHUNK)
+            size += len(rest)
+            if not rest or rest.endswith(b"\n"):
+                break
+        if not rest and not final:
+            self.fh.seek(pos)  # the writer is still mid-line
             return None
-        return raw, size
+        return raw[:MAX_LINE_BYTES] + b"\n", size - (1 if rest.endswith(b"\n") else 0)
 
     def pump(self, final: bool) -> int:
         """Read what is there; commit finished records. ``final`` also takes a last unterminated line."""
@@ -185,7 +185,7 @@ class FileTail:
             self.line_no += 1
             read += 1
             text = raw.decode("utf-8", errors="replace")
-            if size > MAX_LINE_BYTES + 1:
+            if size is not None:
                 self.stats["long_lines"] += 1
                 self._rejected.append(RejectedLine(
                     self.line_no, text.rstrip("\r\n"),
