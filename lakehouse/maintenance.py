@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, WriterProperties
 
 from models.tables import ALL_TABLES
 
@@ -74,6 +74,9 @@ STREAM_MARGIN_HOURS = 1
 """Extra retention kept beyond the age of the oldest version a stream still needs."""
 
 CLUSTER_COLUMN = "zxid"
+ROW_GROUP_ROWS = 128 * 1024
+"""Rows per Parquet row group of rewritten files: a zxid-range read then skips the row groups of a sorted file
+it does not need (delta-rs' default of ~1 M rows makes a read fetch most of a file)."""
 ZORDER_MIN_DEPTH = 1.5
 """Z-order a table on zxid when its files' zxid spans add up to more than this many times the table's span."""
 
@@ -120,9 +123,9 @@ def stream_floors(lake: Lake, checkpoint_dirs: Iterable[str]) -> dict[str, int]:
     id (``reservoirId``), matched here against the lake's tables.
     """
     ids: dict[str, str] = {}
-    for table in ALL_TABLES:
-        if lake.exists(table):
-            ids[str(DeltaTable(lake.table_path(table)).metadata().id)] = table
+    for name in ALL_TABLES:
+        if lake.exists(name):
+            ids[str(DeltaTable(lake.table_path(name)).metadata().id)] = name
     floors: dict[str, int] = {}
     for root in checkpoint_dirs:
         for offsets in glob.glob(os.path.join(glob.escape(root), "**", "offsets"), recursive=True):
@@ -220,6 +223,10 @@ def zxid_depth(dt: DeltaTable) -> float | None:
     return sum(meets) / len(spans)
 
 
+def _writer_properties() -> WriterProperties:
+    return WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="ZSTD")
+
+
 def check_retention(retention_hours: int, allow_short_retention: bool) -> None:
     """Refuse a retention below Delta's default unless the caller allowed it explicitly."""
     if retention_hours < 0:
@@ -248,13 +255,14 @@ def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RET
     dt = DeltaTable(path)
     check_shared_protocol(dt)
     report.files_before = len(dt.file_uris())
-    metrics = dt.optimize.compact(target_size=target_size)
+    metrics = dt.optimize.compact(target_size=target_size, writer_properties=_writer_properties())
     report.files_compacted = int(metrics.get("numFilesRemoved", 0))
     dt.update_incremental()
     report.zxid_depth = zxid_depth(dt)
     cluster = zorder if zorder is not None else (report.zxid_depth or 0.0) > ZORDER_MIN_DEPTH
     if cluster and report.zxid_depth is not None:
-        metrics = dt.optimize.z_order([CLUSTER_COLUMN], target_size=target_size)
+        metrics = dt.optimize.z_order([CLUSTER_COLUMN], target_size=target_size,
+                                     writer_properties=_writer_properties())
         report.files_compacted += int(metrics.get("numFilesRemoved", 0))
         report.zordered = True
         dt.update_incremental()

@@ -1,0 +1,33 @@
+"""Both Delta engines behind one small interface, so a test can run against either or pair them.
+
+``delta_engine`` is parametrised over ``delta-rs`` (the deltalake package) and ``connector`` (Delta's Spark
+connector in the session ``spark`` fixture); ``writer_engine``/``reader_engine`` pair them for interop tests.
+The Spark session is only started for the ``connector`` cases.
+"""
+
+from __future__ import annotations
+
+import pytest
+from delta_engines import ENGINES, Connector, DeltaEngine, DeltaRs
+
+
+def _engine(request: pytest.FixtureRequest, name: str) -> DeltaEngine:
+    if name == "delta-rs":
+        return DeltaRs()
+    return Connector(request.getfixturevalue("spark"))
+
+
+@pytest.fixture(params=ENGINES)
+def delta_engine(request: pytest.FixtureRequest) -> DeltaEngine:
+    """One engine per test run: ``delta-rs`` or ``connector``."""
+    return _engine(request, request.param)
+
+
+@pytest.fixture(params=ENGINES)
+def writer_engine(request: pytest.FixtureRequest) -> DeltaEngine:
+    return _engine(request, request.param)
+
+
+@pytest.fixture(params=ENGINES)
+def reader_engine(request: pytest.FixtureRequest) -> DeltaEngine:
+    return _engine(request, request.param)
