@@ -53,16 +53,19 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     return _run(args, ctx)
 
 
-def _check_brokers(n: int) -> None:
-    if not 1 <= n <= 9:
-        raise UserError(f"--brokers must be 1..9, got {n}")
+def _check(args: argparse.Namespace) -> None:
+    from kafkalab.cluster import kafka_line
+
+    kafka_line(args.kafka_version)
+    if not 1 <= args.brokers <= 9:
+        raise UserError(f"--brokers must be 1..9, got {args.brokers}")
 
 
 def _start(args: argparse.Namespace, ctx: Any) -> str:
     from kafkalab.cluster import KafkaCluster
     from zkledger.zk_server import EmbeddedZooKeeper
 
-    _check_brokers(args.brokers)
+    _check(args)
     lab = _lab_dir(args, ctx)
     if (lab / STATE).exists():
         raise UserError(f"a lab is already recorded in {lab}: run `zkledger kafka-lab stop` first")
@@ -120,7 +123,7 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
     from kafkalab.scenarios import SCENARIOS
     from zkledger.zk_server import EmbeddedZooKeeper
 
-    _check_brokers(args.brokers)
+    _check(args)
     names = args.scenarios or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
