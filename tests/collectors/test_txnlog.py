@@ -256,3 +256,39 @@ def test_cli_collect_txnlog_and_zk(
     assert {r["source"] for r in got} == {"txnlog", "resync"}
     assert main([*base, "txnlog", "--dir", str(tmp_path / "missing")]) == 1
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_the_newest_log_damaged_in_the_middle_is_a_gap_and_the_rest_is_read(tmp_path: Path, lake: Any) -> None:
+    from zkledger.zk_server import EmbeddedZooKeeper
+
+    server = EmbeddedZooKeeper(tmp_path / "zk").start()
+    try:
+        client = KazooClient(hosts=server.hosts, timeout=15)
+        client.start(timeout=15)
+        for i in range(50):
+            client.create(f"/n{i:02d}", b"x")
+        client.stop()
+        client.close()
+    finally:
+        server.stop()
+    (_z, newest), = log_files(tmp_path / "zk")  # the only log, so the newest: no next log bounds the damage
+    entries = read_log(newest).entries
+    offsets = _entry_offsets(newest)
+    damaged = next(i for i, e in enumerate(entries) if getattr(e.record, "path", None) == "/n05")
+    raw = bytearray(newest.read_bytes())
+    raw[offsets[damaged] + 20] ^= 0xFF  # inside /n05's entry
+    newest.write_bytes(bytes(raw))
+
+    summary = TxnLogCollector(lake, tmp_path / "zk").run()
+    created = {r["path"] for r in rows(lake, op="CREATE")}
+    assert "/n05" not in created and {f"/n{i:02d}" for i in range(50) if i != 5} <= created
+    assert summary["gaps"] == 1 and summary["quarantined"] == 1
+    lost = entries[damaged].header.zxid
+    gap, = rows(lake, op="GAP")
+    assert gap["zxid"] == lost and f"{lost:#x}..{lost:#x} are lost" in gap["detail"]
+    assert "checksum mismatch" in gap["detail"] and f"read again from offset {offsets[damaged + 1]}" in gap["detail"]
+    q, = lake.read_arrow("quarantine").to_pylist()
+    assert q["ref"] == f"{newest.name}:{offsets[damaged]}" and q["reason"] == gap["detail"]
+    assert bytes.fromhex(q["raw"]) == bytes(raw[offsets[damaged] : offsets[damaged + 1]])  # the unreadable part
+    again = TxnLogCollector(lake, tmp_path / "zk").run()  # a rerun reports nothing twice
+    assert again["events"] == 0 and again["gaps"] == 0 and lake.read_arrow("quarantine").num_rows == 1
