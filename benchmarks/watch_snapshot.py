@@ -120,8 +120,10 @@ def snapshot(lake_dir: Path, hosts: str, server_pid: int | None) -> dict[str, fl
     znodes = len(collector.view)
     rows = collector.writer.rows_written
     collector.stop()
-    return {"znodes": znodes, "rows": rows, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "server_cpu_s": round(server, 2), "znodes_per_s": round(znodes / wall) if wall else 0}
+    result = {"znodes": znodes, "rows": rows, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+              "server_cpu_s": round(server, 2), "znodes_per_s": round(znodes / wall) if wall else 0}
+    print(f"snapshot {hosts}: {result}", file=sys.stderr, flush=True)  # each figure as soon as it is measured
+    return result
 
 
 _RESTART = textwrap.dedent(
@@ -160,6 +162,7 @@ def restart(lake_dir: Path, hosts: str, mode: str) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-c", _RESTART, str(lake_dir), hosts, mode], env=env, check=True,
                           capture_output=True, text=True, timeout=1800)
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"restart ({mode}): {result}", file=sys.stderr, flush=True)
     return result
 
 
@@ -177,7 +180,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             trees += [(f"z{n}", topics_for_znodes(n, per_topic)) for n in small]
             for name, topics in trees:
                 populate_s[name] = round(populate(server.hosts, f"/{name}", topics, per_topic), 1)
-                log.info("populated /%s: %d znodes in %.1f s", name, tree_znodes(topics, per_topic), populate_s[name])
+                print(f"populated /{name}: {tree_znodes(topics, per_topic)} znodes in {populate_s[name]} s",
+                      file=sys.stderr, flush=True)
             result["populate_s"] = populate_s
             full = snapshot(work / "lake-full", f"{server.hosts}/full", server.pid)
             tenth = snapshot(work / "lake-tenth", f"{server.hosts}/tenth", server.pid)
