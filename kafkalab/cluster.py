@@ -259,10 +259,13 @@ class KafkaCluster:
     # -- ZooKeeper view -----------------------------------------------------------------------------------------
     def zk_get(self, path: str) -> dict[str, Any] | None:
         """The JSON payload of `<chroot><path>`, or None when the znode does not exist."""
+        from kazoo.exceptions import NoNodeError
+
         with self._kazoo() as zk:
-            if not zk.exists(self.chroot + path):
+            try:
+                data, _ = zk.get(self.chroot + path)
+            except NoNodeError:  # e.g. /controller between a controller's death and the next election
                 return None
-            data, _ = zk.get(self.chroot + path)
         return json.loads(data) if data else None
 
     def zk_create(self, path: str, payload: Mapping[str, Any]) -> None:
@@ -270,8 +273,13 @@ class KafkaCluster:
             zk.create(self.chroot + path, json.dumps(payload).encode(), makepath=True)
 
     def zk_children(self, path: str) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
         with self._kazoo() as zk:
-            return list(zk.get_children(self.chroot + path)) if zk.exists(self.chroot + path) else []
+            try:
+                return list(zk.get_children(self.chroot + path))
+            except NoNodeError:
+                return []
 
     def controller(self) -> int | None:
         payload = self.zk_get("/controller")
