@@ -118,7 +118,7 @@ def write_batch(
     if _is_arrow(df):
         crash_point("before_write", batch_seq)
         write = lake.append if mode == "append" else lake.overwrite
-        return write(table, df, writer_id=writer_id, batch_seq=batch_seq, metadata=metadata)  # type: ignore[arg-type]
+        return write(table, df, writer_id=writer_id, batch_seq=batch_seq, metadata=metadata)
     last = lake.last_batch_seq(table, writer_id)
     if last is not None and last >= batch_seq:
         log.info("%s: batch %s/%d already committed, skipped", table, writer_id, batch_seq)
@@ -126,7 +126,7 @@ def write_batch(
     lake.ensure(table)
     crash_point("before_commit", batch_seq)
     schema = spark_schema(table, nullable=True)
-    frame: DataFrame = df  # type: ignore[assignment]
+    frame: DataFrame = df
     from pyspark.sql import functions as F
 
     if "cluster" not in frame.columns:

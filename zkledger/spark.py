@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conf.settings import Settings
+from zkledger.errors import UserError
 from zkledger.jvm import DELTA, installed_jars
 
 if TYPE_CHECKING:
@@ -77,8 +78,28 @@ def build_spark(settings: Settings, app_name: str | None = None) -> SparkSession
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level.upper())
+    _require_delta(spark)
     log.debug("spark session %s on %s", spark.sparkContext.applicationId, master)
     return spark
+
+
+SUBMIT_DELTA_HINT = (
+    "spark-submit needs Delta Lake's connector: add --jars $(ls .jvm/delta/*.jar | paste -sd,) "
+    f"(or --packages io.delta:delta-spark_4.1_2.13:4.4.0) --conf spark.sql.extensions={DELTA_EXTENSION} "
+    f"--conf spark.sql.catalog.spark_catalog={DELTA_CATALOG}"
+)
+
+
+def _require_delta(spark: SparkSession) -> None:
+    """A session without Delta's classes or its extension fails here with the fix, not at its first read."""
+    jvm = spark.sparkContext._jvm
+    try:
+        assert jvm is not None
+        jvm.java.lang.Class.forName(DELTA_EXTENSION, False, jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader())
+    except Exception:
+        raise UserError(f"Delta Lake's connector is not on this Spark's classpath; {SUBMIT_DELTA_HINT}") from None
+    if DELTA_EXTENSION not in (spark.conf.get("spark.sql.extensions", None) or ""):
+        raise UserError(f"this Spark session lacks Delta's SQL extension; {SUBMIT_DELTA_HINT}")
 
 
 def submitted_master() -> str | None:
