@@ -31,10 +31,11 @@ class DeltaRs:
     name = "delta-rs"
 
     def append(self, path: str, data: pa.Table, app_id: str | None = None, txn_version: int | None = None) -> None:
-        txns = [Transaction(app_id, txn_version)] if app_id is not None and txn_version is not None else None
-        if txns and DeltaTable.is_deltatable(path):
-            last = DeltaTable(path).transaction_version(app_id)  # delta-rs does not skip a repeat by itself
-            if last is not None and last >= txn_version:  # type: ignore[operator]
+        txns = None
+        if app_id is not None and txn_version is not None:
+            txns = [Transaction(app_id, txn_version)]
+            last = DeltaTable(path).transaction_version(app_id) if DeltaTable.is_deltatable(path) else None
+            if last is not None and last >= txn_version:  # delta-rs does not skip a repeat by itself
                 return
         write_deltalake(path, data, mode="append", commit_properties=CommitProperties(app_transactions=txns))
 

@@ -80,7 +80,7 @@ def test_every_table_schema_from_the_connector_reads_in_delta_rs(spark: SparkSes
         SparkDeltaTable.createIfNotExists(spark).location(path).addColumns(spark_schema(table)).execute()
         data = sample_rows(table, 3)
         spark.createDataFrame(data.to_pylist(), schema=spark_schema(table)).write.format("delta").mode("append").save(path)
-        stored = DeltaTable(path).schema().to_arrow()
+        stored = pa.schema(DeltaTable(path).schema().to_arrow())
         spec = ALL_TABLES[table]
         assert [f.name for f in stored] == list(spec.column_names), table
         assert {f.name: f.nullable for f in stored} == {c.name: c.nullable for c in spec.columns}, table

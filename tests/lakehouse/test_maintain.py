@@ -81,7 +81,7 @@ def test_interleaved_writers_get_z_ordered_on_zxid(lake: Lake) -> None:
         lake.append("znode_events", sample_rows("znode_events", 50, start=b * 50, tag=f"t{b}"), "backfill", b)
         lake.append("znode_events", sample_rows("znode_events", 50, start=10_000 + b * 50, tag=f"w{b}"), "live", b)
     path = lake.table_path("znode_events")
-    small = 4096  # bytes: several output files, as a large table would have at the default target size
+    small = 20_000  # bytes (files here are ~6 kB): several output files, as a large table has by default
     report = maintain_table(lake, "znode_events", target_size=small)
     assert report.zordered and report.zxid_depth is not None and report.zxid_depth > 1.5
     assert zxid_depth(DeltaTable(path)) == 1.0  # sorted on zxid: files no longer overlap
@@ -95,7 +95,7 @@ def test_connector_reads_a_table_delta_rs_maintained(spark: SparkSession, tmp_pa
     for b in range(4):
         connector.append(path, sample_rows("partition_transitions", 2, start=b * 10), app_id="monitor", txn_version=b)
     report = maintain_table(lake, "partition_transitions")
-    assert report.files_compacted == 4 and report.files_after == 1
+    assert report.files_compacted == report.files_before >= 4 and report.files_after == 1
     assert spark.read.format("delta").load(path).count() == 8
     assert spark.read.format("delta").option("versionAsOf", 3).load(path).count() == 8
     connector.append(path, sample_rows("partition_transitions", 2, tag="dup"), app_id="monitor", txn_version=3)
