@@ -77,7 +77,8 @@ def time_scale(data: ReportData, width: int = 1100) -> TimeScale:
         now = datetime.now(UTC)
         return TimeScale(now - timedelta(minutes=1), now, width)
     t0, t1 = min(times), max(times)
-    pad = max((t1 - t0) * 0.03, timedelta(seconds=1))
+    # a margin proportional to the span, so a story of a few milliseconds still fills the width
+    pad = max((t1 - t0) * 0.03, timedelta(milliseconds=5))
     return TimeScale(t0 - pad, t1 + pad, width)
 
 
@@ -252,9 +253,10 @@ def under_replicated_series(data: ReportData) -> list[tuple[datetime, float]]:
     isr: dict[tuple[str, int], int] = {}
     out = []
     for r in sorted(data.rows("metadata_events"), key=lambda r: r["zxid"]):
-        key = (r.get("topic"), r.get("partition"))
-        if key[0] is None or key[1] is None or r.get("event_time") is None:
+        topic, partition = r.get("topic"), r.get("partition")
+        if topic is None or partition is None or r.get("event_time") is None:
             continue
+        key = (str(topic), int(partition))
         if r["type"] == "PARTITION_ASSIGNED" and r.get("replicas") is not None:
             replicas[key] = len(r["replicas"])
         elif r["type"] == "PARTITION_STATE_WRITTEN" and r.get("isr") is not None:
@@ -286,13 +288,27 @@ def counts_section(data: ReportData, scale: TimeScale) -> str:
 
 # ---------------------------------------------------------------------------------------------- anomalies
 def _details(raw: str | None) -> str:
+    """The JSON details as one compact run of ``key value`` pairs (the message first), not a JSON block."""
     if not raw:
         return ""
     try:
-        text = json.dumps(json.loads(raw), indent=1, sort_keys=True, ensure_ascii=False)
+        details = json.loads(raw)
     except (ValueError, TypeError):
-        text = raw
-    return f"<pre>{esc(text)}</pre>"
+        return f"<span class='dv'>{esc(raw)}</span>"
+    if not isinstance(details, dict):
+        return f"<span class='dv'>{esc(_compact(details))}</span>"
+    message = details.pop("message", None)
+    pairs = "".join(f"<span class='kv'><span class='dk'>{esc(k)}</span> {esc(_compact(v))}</span>"
+                    for k, v in sorted(details.items()))
+    head = f"<div class='dm'>{esc(_compact(message))}</div>" if message is not None else ""
+    return head + pairs
+
+
+def _compact(value: object) -> str:
+    """A scalar as itself, a list or object as one-line JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def anomalies_section(data: ReportData) -> str:
@@ -353,7 +369,10 @@ h2{font-size:17px;margin:6px 0 10px}h3{font-size:14px;margin:14px 0 4px}h3 small
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border-bottom:1px solid #e0e0e0;padding:4px 10px;text-align:left;vertical-align:top}
 th{background:#eceff1}
-pre{margin:0;font-size:11px;white-space:pre-wrap;max-width:420px}
+.kv{display:inline-block;margin:0 12px 2px 0;font:11px monospace;overflow-wrap:anywhere}
+.dk{color:#607d8b;white-space:nowrap}.dm{font-size:12px;margin-bottom:2px;overflow-wrap:anywhere}
+.dv{font:11px monospace;overflow-wrap:anywhere}
+table.anomalies{width:100%}table.anomalies td:nth-child(7){min-width:280px;max-width:480px}
 .ev{font:11px monospace;color:#555}
 .chip{display:inline-block;color:#fff;border-radius:10px;padding:1px 8px;font-size:12px;margin-right:4px}
 .alert{color:#c62828;font-weight:600}.ok{color:#2e7d32}.empty{color:#777}
@@ -418,4 +437,8 @@ def _v(value: object) -> str:
 
 
 def _t(t: datetime | None) -> str:
-    return "" if t is None else t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """UTC time to the millisecond (a controller's decisions are often milliseconds apart)."""
+    if t is None:
+        return ""
+    t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"

@@ -77,13 +77,51 @@ class TimeScale:
         frac = (t - self.t0).total_seconds() / self._span
         return self.left + max(0.0, min(1.0, frac)) * self.plot_w
 
-    def ticks(self, n: int = 6) -> list[datetime]:
-        step = self._span / n
-        return [self.t0 + timedelta(seconds=step * i) for i in range(n + 1)]
+    @property
+    def step_seconds(self) -> float:
+        """The tick spacing: the smallest round step that leaves room for every label."""
+        max_ticks = max(2, int(self.plot_w // TICK_MIN_PX))
+        for step in TICK_STEPS:
+            if self._span / step <= max_ticks:
+                return step
+        return TICK_STEPS[-1] * (self._span // (TICK_STEPS[-1] * max_ticks) + 1)
+
+    def ticks(self) -> list[datetime]:
+        """Ticks at multiples of :attr:`step_seconds` (round clock times) inside the scale."""
+        step_us = round(self.step_seconds * 1_000_000)
+        start_us = _epoch_us(self.t0)
+        first = -(-start_us // step_us) * step_us  # the first multiple at or after t0
+        out = []
+        t_us = first
+        while t_us <= _epoch_us(self.t1):
+            out.append(self.t0 + timedelta(microseconds=t_us - start_us))
+            t_us += step_us
+        return out
+
+    def tick_label(self, t: datetime) -> str:
+        """A label as precise as the tick step (milliseconds for a sub-second story), with the date when the
+        scale spans more than one day, so no two ticks read the same."""
+        step = self.step_seconds
+        if step >= 86400:
+            return t.strftime("%Y-%m-%d")
+        day = t.strftime("%m-%d ") if self._span > 86400 else ""
+        if step >= 60:
+            return day + t.strftime("%H:%M")
+        if step >= 1:
+            return day + t.strftime("%H:%M:%S")
+        return day + t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d}"
 
 
-def _tick_label(t: datetime, scale: TimeScale) -> str:
-    return t.strftime("%H:%M:%S") if scale._span < 86400 else t.strftime("%m-%d %H:%M")
+# round tick steps in seconds, from 1 ms to a week
+TICK_STEPS: tuple[float, ...] = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+    3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400,
+)
+TICK_MIN_PX = 110  # room for the widest label ("12-31 23:59:59.999") and a gap
+
+
+def _epoch_us(t: datetime) -> int:
+    return (t.toordinal() * 86400 + t.hour * 3600 + t.minute * 60 + t.second) * 1_000_000 + t.microsecond
 
 
 def _axis(scale: TimeScale, y: float, height: float) -> list[str]:
@@ -93,7 +131,7 @@ def _axis(scale: TimeScale, y: float, height: float) -> list[str]:
         out.append(f"<line x1='{x:.1f}' y1='{y - height:.1f}' x2='{x:.1f}' y2='{y:.1f}' stroke='#eee'/>")
         out.append(
             f"<text x='{x:.1f}' y='{y + 14:.1f}' font-size='10' fill='#666' text-anchor='middle' {FONT}>"
-            f"{esc(_tick_label(t, scale))}</text>"
+            f"{esc(scale.tick_label(t))}</text>"
         )
     return out
 
@@ -171,8 +209,9 @@ def step_chart_svg(
     parts = [
         f"<svg xmlns='http://www.w3.org/2000/svg' role='img' aria-label='{esc(label)}' width='{scale.width}' "
         f"height='{height}' viewBox='0 0 {scale.width} {height}'>",
-        f"<text x='{scale.left - 8}' y='{top + 4}' font-size='12' text-anchor='end' fill='#333' {FONT}>"
-        f"{esc(_clip(label, 28))}</text>",
+        # the chart's name mid-height, clear of the 0 and max values written at the axis ends
+        f"<text x='{scale.left - 8}' y='{(top + bottom) / 2 + 4:.1f}' font-size='12' text-anchor='end' fill='#333' "
+        f"{FONT}>{esc(_clip(label, 24))}</text>",
     ]
     parts += _axis(scale, bottom, bottom - top)
     for v in (0.0, vmax):

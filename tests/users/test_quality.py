@@ -108,3 +108,23 @@ def test_check_command_exits_1_and_prints_suite_lines(spark: Any, lake: Any, set
     assert "check FAILED (anomalies)" in summary
     assert "anomalies_suite: FAIL" in out and "in_set(kind)" in out
     assert lake.exists("quality_results")
+
+
+def test_check_runs_twice_on_the_same_lake(spark: Any, lake: Any, settings: Any,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # GX's file context under <lake>/_quality/gx keeps the data sources of the run before (after `make demo`)
+    tables = {"anomalies": sd.anomalies(), "controller_tenure": sd.controller_tenure()}
+    sd.write_story(lake, tables)
+    ctx = Context(settings, lake=lake.root, cluster=lake.cluster)
+    ctx._spark = spark
+    args = argparse.Namespace(table=sorted(tables), kafka_version=None, no_store=False)
+    gx_root = os.path.join(lake.root, "_quality", "gx", "gx")
+    runs = []
+    for _ in range(2):
+        summary, code = check_command.run(args, ctx)
+        assert code == 0, summary
+        runs.append(sorted(os.listdir(os.path.join(gx_root, "checkpoints"))))
+    assert len({r["run_id"] for r in lake.read_arrow("quality_results").to_pylist()}) == 2
+    # the second run replaced the first one's GX objects instead of piling up beside them
+    assert len(runs[1]) == len(runs[0]) == 2 and not set(runs[0]) & set(runs[1])
+    assert "check passed" in summary

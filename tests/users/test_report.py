@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,74 @@ def test_report_requires_out(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == 2
+
+
+def _squeezed(factor: float) -> ReportData:
+    """The story with every time brought `factor` times closer to its start (1000: the story in 0.24 s)."""
+    def squash(value: Any) -> Any:
+        return sd.T0 + (value - sd.T0) / factor if isinstance(value, datetime) else value
+
+    return ReportData("local", {k: [{c: squash(v) for c, v in r.items()} for r in _with_cluster(rows)]
+                                for k, rows in sd.all_tables().items()})
+
+
+def _axes(page: str) -> list[list[tuple[float, str]]]:
+    """Each SVG's tick labels as (x, text)."""
+    return [[(float(x), text) for x, text in re.findall(r"<text x='([\d.]+)' y='[\d.]+' font-size='10' fill='#666' "
+                                                         r"text-anchor='middle'[^>]*>([^<]*)</text>", svg)]
+            for svg in re.findall(r"<svg.*?</svg>", page, re.S)]
+
+
+@pytest.mark.parametrize(("factor", "example"), [(1000, "12:00:00.050"), (1, "12:01"), (0.001, "01-02 00:00")])
+def test_tick_labels_are_distinct_round_and_apart(factor: float, example: str) -> None:
+    page = render_html(_squeezed(factor))
+    axes = [a for a in _axes(page) if a]
+    assert len(axes) >= 6
+    for ticks in axes:
+        labels = [text for _, text in ticks]
+        assert len(set(labels)) == len(labels) >= 3, labels  # no "18:50:32" three times
+        xs = [x for x, _ in ticks]
+        widest = max(len(t) for t in labels) * 6.5  # 10px system-ui digits are narrower than this
+        assert all(b - a > widest for a, b in pairwise(xs)), (labels, xs)
+    assert any(text == example for ticks in axes for _, text in ticks), axes[0]
+
+
+def test_sub_second_story_shows_milliseconds_in_tables() -> None:
+    page = render_html(_squeezed(1000))
+    assert "2026-01-01 12:00:00.130" in page  # controller 1's term ended 130 ms in
+    assert "12:00:00.120" in page  # the offline anomaly's time
+
+
+def test_details_are_compact_pairs_not_a_json_block() -> None:
+    page = render_html(_story_data())
+    assert "<pre>" not in page
+    assert "<span class='dk'>controllers</span> [1, 2]" in page
+    assert "<span class='dk'>overlap_s</span> 30" in page
+    assert "&lt;script&gt;alert(3)&lt;/script&gt;" in page  # still escaped
+
+
+def test_step_chart_name_clear_of_its_value_labels() -> None:
+    page = render_html(_story_data())
+    for svg in re.findall(r"<svg[^>]*aria-label='(?:offline|under|controller elections)[^']*'.*?</svg>", page, re.S):
+        gutter = re.findall(r"<text x='\d+' y='([\d.]+)' font-size='(\d+)' text-anchor='end'", svg)
+        name_y = [float(y) for y, size in gutter if size == "12"]
+        value_y = [float(y) for y, size in gutter if size == "10"]
+        assert name_y and value_y and all(abs(n - v) >= 12 for n in name_y for v in value_y), gutter
+
+
+def test_sub_second_report_renders_in_chromium(tmp_path: Path) -> None:
+    out = tmp_path / "ms.html"
+    out.write_text(render_html(_squeezed(1000)), encoding="utf-8")
+    exe = _chromium()
+    dom = subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'ud'}", "--dump-dom", out.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    assert "12:00:00.050" in dom and "12:00:00.100" in dom
+    png = tmp_path / "ms.png"
+    subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'ud2'}", f"--screenshot={png}",
+         "--window-size=1400,2000", out.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 30_000

@@ -61,7 +61,7 @@ def _adding_parents(add_parser: Callable[..., argparse.ArgumentParser],
 
         def add_nested(**options: Any) -> Any:
             nested = add_subparsers(**options)
-            nested.add_parser = _adding_parents(nested.add_parser, parents)
+            nested.add_parser = _adding_parents(nested.add_parser, parents)  # type: ignore[method-assign]
             return nested
 
         parser.add_subparsers = add_nested  # type: ignore[method-assign]
