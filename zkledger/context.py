@@ -43,13 +43,17 @@ class Context:
         if os.path.exists(self.lake_root) and not os.path.isdir(self.lake_root):
             raise UserError(f"--lake {self.lake_root}: not a directory (the lake is a folder of Delta tables)")
 
-    def require_table(self, table: str) -> None:
-        """Raise a UserError when the lake has no `table` (no lake at all is said as such)."""
-        lake = self.lake
+    def require_lake(self) -> None:
+        """Raise a UserError when there is no lake folder to read (a mistyped --lake must not read as empty)."""
+        self.check_lake_root()
         if not os.path.isdir(self.lake_root):
             raise UserError(f"no lake at {self.lake_root}: collect into it first (`zkledger collect ...`), "
                             "or give --lake")
-        if not lake.exists(table):
+
+    def require_table(self, table: str) -> None:
+        """Raise a UserError when the lake has no `table` (no lake at all is said as such)."""
+        self.require_lake()
+        if not self.lake.exists(table):
             raise UserError(f"no {table} table under {self.lake_root}: run `zkledger rebuild` first")
 
     def spark(self, app_name: str | None = None) -> SparkSession:

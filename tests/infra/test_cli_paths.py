@@ -114,3 +114,10 @@ def test_anomalies_table_output_escapes_control_bytes(lake: Any, capsys: pytest.
     # JSON output escapes them by itself
     assert main(["--lake", lake.root, "--cluster", lake.cluster, "anomalies", "--format", "json"]) == 0
     assert "\x1b" not in capsys.readouterr().out
+
+
+def test_check_on_a_lake_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere"
+    assert main(["--lake", str(missing), "check"]) == 1  # before any Spark session is built
+    assert _one_error_line(capsys).startswith(f"error: no lake at {missing}")
+    assert not missing.exists()

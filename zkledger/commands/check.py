@@ -29,6 +29,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
+    ctx.require_lake()
     report = run_quality(ctx.spark("zkledger-check"), ctx.lake, tables=args.table,
                          kafka_version=args.kafka_version, write_results=not args.no_store)
     for suite in report.suites:
