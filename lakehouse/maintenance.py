@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
+from deltalake.exceptions import CommitFailedError
 
 from models.tables import ALL_TABLES
 
@@ -181,6 +182,7 @@ class TableReport:
     vacuumed: int = 0  # files deleted
     retention_hours: int = DEFAULT_RETENTION_HOURS
     skipped: str = ""  # why the table was left alone
+    refused: bool = False  # skipped because the engines cannot share the table (an error, unlike a conflict)
 
     def line(self) -> str:
         if self.skipped:
@@ -293,7 +295,8 @@ def maintain_tables(lake: Lake, tables: Iterable[str] | None = None, *,
     ``checkpoint_dirs``: Structured Streaming checkpoints of queries reading the lake (the monitor's): their
     offsets bound what VACUUM may delete (`stream_floors`); ``stream_versions`` adds floors known otherwise.
     ``on_table`` is called with each table's report as it finishes (progress lines). A table the engines
-    cannot share is skipped with the reason, and the others are still maintained.
+    cannot share (``refused``), or whose compaction lost a race with a concurrent overwrite, is skipped with
+    the reason, and the others are still maintained.
     """
     check_retention(retention_hours, allow_short_retention)
     names = list(tables) if tables is not None else [t for t in ALL_TABLES if lake.exists(t)]
@@ -311,7 +314,10 @@ def maintain_tables(lake: Lake, tables: Iterable[str] | None = None, *,
                                  zorder=zorder)
         except UnsupportedTableFeatures as exc:
             log.error("%s", exc)
-            one = TableReport(name, retention_hours=retention_hours, skipped=str(exc))
+            one = TableReport(name, retention_hours=retention_hours, skipped=str(exc), refused=True)
+        except CommitFailedError as exc:  # e.g. an overwrite removed the files being compacted: next run
+            log.warning("%s: maintenance lost a commit race, left for the next run: %s", name, exc)
+            one = TableReport(name, retention_hours=retention_hours, skipped=f"concurrent commit: {exc}")
         report.tables.append(one)
         if on_table is not None:
             on_table(one)

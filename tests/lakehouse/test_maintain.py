@@ -144,6 +144,8 @@ def test_maintain_tables_skips_a_refused_table_and_maintains_the_rest(spark: Spa
     assert seen == ["znode_events", "anomalies"]
     by_name = {t.table: t for t in report.tables}
     assert not by_name["znode_events"].skipped and "rowTracking" in by_name["anomalies"].skipped
+    assert by_name["anomalies"].refused
+    assert main(["--lake", lake.root, "maintain"]) == 1  # the CLI fails when a table was refused
     assert report.summary().endswith("; 1 skipped")
 
 

@@ -57,5 +57,4 @@ def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
     report = maintain_tables(ctx.lake, args.tables or None, retention_hours=retention,
                              allow_short_retention=args.allow_short_retention, checkpoint_dirs=[checkpoint],
                              zorder=args.zorder, on_table=progress)
-    refused = [t for t in report.tables if t.skipped and t.skipped != "no table"]
-    return report.summary(), 1 if refused else 0
+    return report.summary(), 1 if any(t.refused for t in report.tables) else 0
