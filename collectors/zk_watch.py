@@ -17,8 +17,12 @@ gone before it is read, a GAP names the path whose children were missed. A znode
 may not read (ACL) gets one GAP naming it; it is retried with a growing delay, and the rest of the tree
 is collected meanwhile.
 
-Cost: a snapshot or resync reads each znode once (two pipelined requests, ``SWEEP_WINDOW`` znodes in
-flight), and each listing costs its own children, not the tree (a parent -> children index), so the
+Cost: a snapshot or resync reads the tree breadth-first, ``READ_BATCH`` znodes' data and children per
+multiRead request (ZooKeeper 3.6+, ``collectors.zk_batch``), then arms their watches with SetWatches in
+large batches. SetWatches carries the zxid the multiRead saw, and the server fires at once any watch whose
+znode changed after it, so nothing changed between the read and the arming is lost. A server without
+multiRead gets the per-znode path: a getData and a getChildren with watches per znode, ``SWEEP_WINDOW``
+znodes in flight. Each listing costs its own children, not the tree (a parent -> children index), so the
 work is linear in the tree. A restart reads back only the newest row per path (``load_view``).
 """
 
@@ -29,23 +33,27 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError, UnimplementedError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
 from collectors.bronze import TABLE, BronzeWriter, LakeLike, WriterLease, change_row
+from collectors.zk_batch import BatchReader, MultiReadAnswer, Read
 from models.events import Source, ZnodeChange, ZnodeOp
 
 log = logging.getLogger(__name__)
 
 WATCH_SOURCES = (str(Source.WATCH), str(Source.RESYNC))
-SWEEP_WINDOW = 2000  # znodes read ahead during a snapshot/resync (two requests each)
+SWEEP_WINDOW = 2000  # znodes read ahead during a per-znode snapshot/resync (two requests each)
+READ_BATCH = 1000  # znodes per multiRead during a snapshot/resync (two ops each)
+READS_IN_FLIGHT = 3  # multiReads sent ahead of the one being applied
 RESYNC_BATCH_ROWS = 20_000  # rows per commit while a snapshot/resync runs (latency matters less than commits)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0  # an unreadable znode is retried after 5 s, 10 s, ... at most 5 min
 RESYNC_RETRY_MAX_S = 30.0  # a failing resync is retried after 0.5 s, 1 s, ... at most this
@@ -167,6 +175,11 @@ class ZkWatchCollector:
             use_ssl=use_ssl, certfile=certfile or None, keyfile=keyfile or None, ca=ca or None,
             verify_certs=verify_certs,
         )
+        self.batch = BatchReader(self.client)
+        # multiRead + SetWatches for snapshots/resyncs; None until the server was asked (``start``)
+        self.batched: bool | None = None
+        # test hook: runs with a batch's paths after its multiRead is applied and before its watches are armed
+        self.before_arming: Callable[[list[str]], None] | None = None
         self.batch_size = max(1, batch_size)
         self.flush_seconds = flush_seconds
         self.view: dict[str, Known] = {}
@@ -196,8 +209,13 @@ class ZkWatchCollector:
         the subtree. WriterBusyError when another process collects as this writer."""
         self.lease.acquire()
         try:
-            self.client.add_listener(self._on_state)
             self.client.start()
+            if self.batched is None:
+                # before the state listener: an old server answers by dropping the connection, which is no gap
+                self.batched = self.batch.multi_read_supported()
+                if not self.batched:
+                    log.info("the server has no multiRead (ZooKeeper < 3.6): reading znode by znode")
+            self.client.add_listener(self._on_state)
             self._load_view()
             if self.view:
                 self._gap("collector restarted; changes while it was down are reconstructed by resync")
@@ -423,11 +441,12 @@ class ZkWatchCollector:
         self._observe(path, data, stat, source, listing=(kids, listed), sweep=sweep)
         return True
 
-    def _vanished(self, path: str) -> None:
+    def _vanished(self, path: str, at: int | None = None) -> None:
         # listed under its parent but gone before it could be read: it and whatever was created under it are
-        # missed; the reply zxid of the failed read is at or after its delete
+        # missed; the reply zxid of the failed read (``at``) is at or after its delete
+        zxid = at if at is not None else int(self.client.last_zxid)
         self._gap(f"{path} was deleted before it could be read: it and anything created under it are missed",
-                  path=path, zxid=max(int(self.client.last_zxid), 0), flush=False)
+                  path=path, zxid=max(zxid, 0), flush=False)
 
     def _know(self, path: str, known: Known) -> None:
         if path not in self.view and path != "/":
@@ -608,13 +627,19 @@ class ZkWatchCollector:
         self._sweeping = True
         try:
             seen: set[str] = set()
-            self._sweep(seen, source)
+            if self.batched:
+                self._sweep_batched(seen, source)
+            else:
+                self._sweep(seen, source)
             # shallowest first: a deleted znode's stamp then bounds its subtree (see _deleted)
             for gone in sorted(set(self.view) - seen, key=len):
                 if gone in self.view and not self._behind_acl(gone):
                     self._deleted(gone, source)
             self._resync_delay = 0.0
         except KazooException as e:
+            if isinstance(e, UnimplementedError) and self.batched:
+                self.batched = False  # reconnected to an older server (a rolling up/downgrade)
+                log.warning("the server has no multiRead (ZooKeeper < 3.6): reading znode by znode")
             self._resync_delay = min(max(self._resync_delay * 2, 0.5), RESYNC_RETRY_MAX_S)
             self._resync_due = time.monotonic() + self._resync_delay
             log.warning("resync interrupted (%s: %s); retrying in %.1fs", type(e).__name__, e, self._resync_delay)
@@ -638,6 +663,57 @@ class ZkWatchCollector:
                     check.observed += ok or path in self.unreadable
                     if check.waiting == 0:
                         self._check_cversion(check.path, check.stat, check.observed)
+
+    def _sweep_batched(self, seen: set[str], source: Source) -> None:
+        """Read the tree breadth-first, ``READ_BATCH`` znodes per multiRead and ``READS_IN_FLIGHT`` multiReads
+        ahead; after applying each answer, arm its znodes' data and child watches relative to the answer's zxid."""
+        frontier: deque[tuple[str, _ListingCheck | None]] = deque([("/", None)])
+        inflight: deque[tuple[list[tuple[str, _ListingCheck | None]], IAsyncResult]] = deque()
+        arming: deque[IAsyncResult] = deque()
+        while frontier or inflight:
+            while frontier and len(inflight) < READS_IN_FLIGHT:
+                batch = [frontier.popleft() for _ in range(min(READ_BATCH, len(frontier)))]
+                inflight.append((batch, self.batch.read([path for path, _check in batch])))
+            batch, pending = inflight.popleft()
+            answer: MultiReadAnswer = pending.get()
+            read: list[str] = []
+            for (path, check), result in zip(batch, answer.reads, strict=True):
+                ok = self._swept_read(path, result, answer.zxid, source, frontier)
+                if ok:
+                    seen.add(path)
+                    read.append(path)
+                if check is not None:
+                    check.waiting -= 1
+                    check.observed += ok or path in self.unreadable
+                    if check.waiting == 0:
+                        self._check_cversion(check.path, check.stat, check.observed)
+            if self.before_arming is not None:
+                self.before_arming(read)
+            arming.extend(self.batch.arm(answer.zxid, read, self._on_data, self._on_children))
+            while arming and arming[0].ready():
+                arming.popleft().get()  # raises a connection failure, as a read would
+        for armed in arming:
+            armed.get()
+
+    def _swept_read(self, path: str, result: Read | KazooException, zxid: int, source: Source,
+                    frontier: deque[tuple[str, _ListingCheck | None]]) -> bool:
+        """Apply one znode of a multiRead answer (data, stat and listing of one moment); False when it is gone or
+        unreadable."""
+        if isinstance(result, NoNodeError):
+            if path in self.view:
+                self._deleted(path, source)
+            else:
+                self._vanished(path, zxid)
+            return False
+        if isinstance(result, NoAuthError):
+            self._unreadable(path, result)
+            return False
+        if isinstance(result, KazooException):
+            raise result
+        data, stat, kids = result
+        if not self._observe(path, data, stat, source, listing=(kids, stat), sweep=frontier):
+            self._apply_listing(path, kids, stat, source, sweep=frontier)
+        return True
 
     def _send(self, path: str) -> tuple[bool, IAsyncResult, IAsyncResult]:
         if path not in self.view:  # as _visit_new: the listing (arming the child watch) first
