@@ -78,7 +78,7 @@ bench: venv java jars
 
 dist: venv jars
 	rm -rf dist && mkdir -p dist
-	zip -qr dist/zkledger.zip zkledger models collectors pipelines jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
+	zip -qr dist/zkledger.zip zkledger models collectors pipelines engine jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
 	@echo "built dist/zkledger.zip"
 
 ZK_PORT ?= 0

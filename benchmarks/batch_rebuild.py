@@ -5,7 +5,7 @@
 Phases (each timed separately): generate the bronze history with the same code `zkledger simulate --offline`
 runs; a single-threaded Python replay baseline (delta-rs read -> json decode of every partition-state payload ->
 `models.fold.apply_partition` in a dict); Spark session start; the rebuild `zkledger rebuild` runs
-(`jobs._common.rebuild`: decode, both state machines, detectors, every derived Delta table).
+(`engine.rebuild.rebuild`: decode, both state machines, detectors, every derived Delta table).
 With ``--repeat N`` the replay and the rebuild run in N alternating rounds on the same history (this
 machine's speed drifts between minutes: each round measures both under the same conditions); the medians count.
 Last, the I/O floor: the same chunked bronze reads and the same Delta writes of the rebuild's outputs, with no
@@ -52,7 +52,7 @@ def python_replay(lake: Any) -> dict[str, int]:
             continue
         obj = json.loads(data)
         key = (obj["leader"], obj["leader_epoch"])
-        if last.get(path) == key:  # ISR-only write: no partition step (kafka-zk-metadata.md writers 3/4)
+        if last.get(path) == key:  # ISR-only write: no partition step (docs/kafka-metadata.md, writers 3/4)
             continue
         last[path] = key
         if path not in state:
@@ -66,23 +66,23 @@ def python_replay(lake: Any) -> dict[str, int]:
 
 def load_outputs(lake: Any) -> dict[str, Any]:
     """The rebuild's outputs, read back (untimed) for the I/O floor."""
-    from pipelines.engine import DERIVED_TABLES
+    from engine.increment import DERIVED_TABLES
 
     return {table: lake.read_arrow(table) for table in DERIVED_TABLES}
 
 
 def io_floor(lake: Any, floor_lake: Any, outputs: dict[str, Any], chunk_rows: int) -> int:
     """The rebuild's I/O alone: each chunk's bronze rows read on one thread while the previous chunk's share of
-    the outputs is written, the tables concurrently (as ``jobs._common`` does), no decode, fold or detectors.
+    the outputs is written, the tables concurrently (as ``engine.writes`` does), no decode, fold or detectors.
     Returns the bronze rows read."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from jobs._common import STATE_TABLES, ZnodeChunks, _zxid_chunks
+    from engine.chunks import ZnodeChunks, zxid_chunks
+    from engine.increment import APPEND_TABLES, STATE_TABLES
     from lakehouse.spark_io import write_batch
-    from pipelines.engine import APPEND_TABLES
 
     version = int(lake.version("znode_events") or 0)
-    ranges = _zxid_chunks(lake, version, chunk_rows)
+    ranges = zxid_chunks(lake, version, chunk_rows)
     n = len(ranges)
     chunks = ZnodeChunks(None, lake, version, local_max_rows=1 << 62)
     rows = 0
@@ -142,7 +142,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lake = Lake(lake_dir, cluster="bench")
         with t.phase("spark_start"):
             spark = build_session("bench-batch-rebuild", args.shuffle_partitions)
-        from jobs._common import LOCAL_MAX_ROWS, REBUILD_CHUNK_ROWS, rebuild
+        from engine.increment import LOCAL_MAX_ROWS
+        from engine.rebuild import REBUILD_CHUNK_ROWS, rebuild
 
         local_max = LOCAL_MAX_ROWS if args.local_max_rows is None else args.local_max_rows
         chunk_rows = REBUILD_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows

@@ -121,7 +121,7 @@ def full_monitor(lake_dir: Path, cluster: str, local_max_rows: int | None = None
     wall = time.perf_counter() - t0
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     err = (proc.stderr.strip().splitlines() or [""])[-1]
-    batches = [ln.split("jobs._common: ", 1)[1] for ln in proc.stderr.splitlines() if "micro-batch" in ln]
+    batches = [ln.split("engine.monitor: ", 1)[1] for ln in proc.stderr.splitlines() if "micro-batch" in ln]
     return {"ok": proc.returncode == 0, "rc": proc.returncode, "wall_s_incl_session_start": round(wall, 3),
             "summary_line": last if proc.returncode == 0 else err, "micro_batches": batches}
 

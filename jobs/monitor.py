@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobs._args import job_parser
-from jobs._common import drain_monitor, job_context, monitor_checkpoint, start_monitor
+from engine.monitor import drain_monitor, monitor_checkpoint, start_monitor
+from jobs._args import job_context, job_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from jobs._args import job_parser
-from jobs._common import job_context, rebuild
+from engine.rebuild import rebuild
+from jobs._args import job_context, job_parser
 
 log = logging.getLogger(__name__)
 

@@ -36,6 +36,7 @@ from models.fold import (
 )
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState, parse_kafka_version
 from pipelines.arrow_ids import step_ids
+from pipelines.fold_records import FOLD_ARROW_SCHEMA
 from pipelines.list_kernels import flat, member_of_row, padded
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 
@@ -212,8 +213,6 @@ def fold_table(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
 
 def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_KAFKA_VERSION) -> dict[str, pa.Table]:
     """``fold_table``'s records by kind (``FOLD_RECORDS``): the caller needs them apart, not filtered back out."""
-    from pipelines.engine import FOLD_ARROW_SCHEMA
-
     schema = FOLD_ARROW_SCHEMA
     parts: dict[str, list[pa.Table]] = {rec: [] for rec in FOLD_RECORDS}
     if rows.num_rows == 0:

@@ -69,7 +69,7 @@ def run_demo(ctx: Any, *, scenario: str | None = None, kafka_version: str = "2.0
     from collectors.kafka_logs import collect_logs
     from collectors.txnlog import TxnLogCollector
     from collectors.zk_watch import ZkWatchCollector
-    from jobs._common import rebuild
+    from engine.rebuild import rebuild
     from simulator.scenarios import run_scenario
     from zkledger.quality import run_quality
     from zkledger.report import write_report

@@ -115,7 +115,7 @@ def _play(zk_server: Any, root: Path, name: str, version: str) -> tuple[Scenario
 
 
 def _rebuild(spark: Any, lake: Any) -> tuple[list[dict[str, Any]], float]:
-    from jobs._common import rebuild
+    from engine.rebuild import rebuild
 
     t0 = time.monotonic()
     rebuild(spark, lake)
@@ -272,7 +272,7 @@ def _bronze_chunks(src: Any, chunks: int) -> list[list[tuple[str, Any]]]:
 
 def test_monitor_fed_in_chunks_ends_equal_to_the_rebuild(runs: dict[tuple[str, str], Run], spark: Any,
                                                          tmp_path: Path) -> None:
-    from jobs._common import drain_monitor
+    from engine.monitor import drain_monitor
     from lakehouse import Lake
 
     src = runs[("zombie-controller", "2.0")].txn_lake  # lossless bronze: the run the history is known for
@@ -365,7 +365,7 @@ def _bronze_copy(src: Any, root: Path) -> Any:
 @pytest.mark.parametrize("key", SPARK_PATH_RUNS, ids=[f"{n}-{v}" for n, v in SPARK_PATH_RUNS])
 def test_the_spark_path_writes_what_the_in_process_path_writes(runs: dict[tuple[str, str], Run], spark: Any,
                                                                 tmp_path: Path, key: tuple[str, str]) -> None:
-    from jobs._common import rebuild
+    from engine.rebuild import rebuild
 
     src = runs[key].lake
     dst = _bronze_copy(src, tmp_path / "lake")
@@ -379,7 +379,7 @@ def test_the_spark_path_writes_what_the_in_process_path_writes(runs: dict[tuple[
 def test_a_rebuild_in_zxid_chunks_writes_what_one_increment_writes(runs: dict[tuple[str, str], Run], spark: Any,
                                                                    tmp_path: Path, key: tuple[str, str]) -> None:
     """A long history is rebuilt chunk by chunk (bounded driver memory): the chunking must not show."""
-    from jobs._common import rebuild
+    from engine.rebuild import rebuild
 
     src = runs[key].lake
     dst = _bronze_copy(src, tmp_path / "lake")
@@ -400,7 +400,7 @@ def test_a_rebuild_in_zxid_chunks_writes_what_one_increment_writes(runs: dict[tu
 
 def test_a_monitor_through_spark_ends_equal_to_the_in_process_rebuild(runs: dict[tuple[str, str], Run], spark: Any,
                                                                       tmp_path: Path) -> None:
-    from jobs._common import drain_monitor
+    from engine.monitor import drain_monitor
     from lakehouse import Lake
 
     src = runs[("unclean-election", "3.8")].lake  # watch + txnlog + logs bronze

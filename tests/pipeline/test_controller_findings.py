@@ -15,11 +15,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jobs._common import drain_monitor, rebuild
+from engine.increment import _arrow_schema
+from engine.monitor import drain_monitor
+from engine.rebuild import rebuild
 from lakehouse import Lake
 from models.ids import event_id
 from pipelines.controller import no_active_controller, resign_marks, zk_split_brain
-from pipelines.engine import _arrow_schema
 from tests.pipeline.history import T0, History, decision
 
 COMPARED = ("metadata_events", "partition_transitions", "replica_transitions", "partition_state",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jobs._common import rebuild
+from engine.rebuild import rebuild
 from models.ids import event_id
 from tests.pipeline.history import T0, clean_history
 

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs._common import MonitorCarry
+from engine.carry import MonitorCarry
+from engine.increment import _arrow_schema, _empty_arrow, run_increment
 from simulator import payloads as zc
 from models.events import MetadataEvent, MetadataEventType
 from models.fold import MetadataProjection, project_metadata
-from pipelines.engine import _arrow_schema, _empty_arrow, run_increment
 from tests.pipeline.history import History
 
 BROKERS = st.integers(1, 4)

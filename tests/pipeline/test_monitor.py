@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from jobs._common import drain_monitor, rebuild
+from engine.monitor import drain_monitor
+from engine.rebuild import rebuild
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
 from tests.pipeline.history import clean_history
@@ -150,7 +151,7 @@ def test_monitor_output_without_its_checkpoint_asks_for_a_rebuild(spark: Any, tm
 
 
 def test_an_interrupted_chunked_rebuild_leaves_no_state_and_no_monitor_start(spark: Any, tmp_path: Path) -> None:
-    import jobs._common as jobs_common
+    import engine.rebuild as engine_rebuild
     from zkledger.errors import UserError
 
     rows = _history()
@@ -159,7 +160,7 @@ def test_an_interrupted_chunked_rebuild_leaves_no_state_and_no_monitor_start(spa
     lake.append("znode_events", rows, writer_id="t", batch_seq=1)
     rebuild(spark, lake)  # a finished rebuild: its state is there
     assert lake.row_count("partition_state") > 0
-    real, calls = jobs_common.run_increment, []
+    real, calls = engine_rebuild.run_increment, []
 
     def failing_third_chunk(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -167,12 +168,12 @@ def test_an_interrupted_chunked_rebuild_leaves_no_state_and_no_monitor_start(spa
             raise RuntimeError("driver lost")  # the process dies in the middle of the rebuild
         return real(*args, **kwargs)
 
-    jobs_common.run_increment = failing_third_chunk  # type: ignore[assignment]
+    engine_rebuild.run_increment = failing_third_chunk  # type: ignore[assignment]
     try:
         with pytest.raises(RuntimeError, match="driver lost"):
             rebuild(spark, lake, chunk_rows=len(rows) // 4)
     finally:
-        jobs_common.run_increment = real
+        engine_rebuild.run_increment = real
     assert lake.row_count("partition_state") == 0  # not the old rebuild's state next to new transitions
     with pytest.raises(UserError, match="run `zkledger rebuild`"):
         drain_monitor(spark, lake, str(tmp_path / "ckpt"))

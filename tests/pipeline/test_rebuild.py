@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from jobs._common import rebuild
+from engine.rebuild import rebuild
 from tests.pipeline.history import clean_history
 
 pytestmark = pytest.mark.spark

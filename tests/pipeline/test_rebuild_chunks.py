@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs._common import ZnodeChunks, _zxid_chunks
+from engine.chunks import ZnodeChunks, zxid_chunks
 from lakehouse import Lake
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -30,7 +30,7 @@ def _write_files(root: Path, files: list[list[int]]) -> Lake:
 def _chunk_ids(lake: Lake, chunk_rows: int) -> tuple[list[list[str]], list[list[str]]]:
     """Each chunk's event ids read through the files and through a filtered scan."""
     version = int(lake.version("znode_events") or 0)
-    ranges = _zxid_chunks(lake, version, chunk_rows)
+    ranges = zxid_chunks(lake, version, chunk_rows)
     by_files = ZnodeChunks(None, lake, version, local_max_rows=1 << 40)
     assert by_files.spans is not None  # delta-rs writes statistics: the file path is the one tested
     by_scan = ZnodeChunks(None, lake, version, local_max_rows=1 << 40)

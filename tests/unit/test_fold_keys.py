@@ -8,7 +8,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.engine import FOLD_ORDER, _fold_order, _key_codes
+from pipelines.fold_records import FOLD_ORDER
+from pipelines.keyed_fold import _fold_order, _key_codes
 
 topics = st.one_of(st.none(), st.sampled_from(["a", "b", "orders", "a\x1f1"]))  # "a\x1f1" once fooled string keys
 partitions = st.one_of(st.none(), st.integers(0, 3), st.just(2**31 - 1))

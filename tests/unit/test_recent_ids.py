@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobs._common import RecentIds
+from engine.carry import RecentIds
 
 batch = st.lists(st.integers(min_value=0, max_value=60), max_size=12)
 

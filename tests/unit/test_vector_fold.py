@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from models.fold import PARTITION_STATES_BY_CODE, REPLICA_STATES_BY_CODE
 from models.ids import event_id, metadata_event_id, step_id
 from pipelines.arrow_ids import event_ids, metadata_event_ids, step_ids
-from pipelines.engine import FOLD_ARROW_SCHEMA
+from pipelines.fold_records import FOLD_ARROW_SCHEMA
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 from pipelines.vector_fold import fold_table, segmented_compose
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
-PACKAGES = ("zkledger", "models", "collectors", "pipelines", "jobs", "conf", "lakehouse", "simulator")
+PACKAGES = ("zkledger", "models", "collectors", "pipelines", "engine", "jobs", "conf", "lakehouse", "simulator")
 TABLES = ("partition_transitions", "anomalies")
 
 
@@ -115,7 +115,7 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
 
 def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: Any, tmp_path: Path) -> None:
     """jobs/rebuild.py on the standalone cluster writes the same derived tables as a local rebuild."""
-    from jobs._common import rebuild
+    from engine.rebuild import rebuild
     from lakehouse import Lake
     from tests.pipeline.history import History
 

@@ -24,7 +24,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    from jobs._common import drain_monitor, monitor_checkpoint, start_monitor
+    from engine.monitor import drain_monitor, monitor_checkpoint, start_monitor
     from zkledger.alerts import AnomalyAlerter
     from zkledger.errors import UserError
 

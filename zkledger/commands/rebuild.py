@@ -15,7 +15,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    from jobs._common import rebuild
+    from engine.rebuild import rebuild
 
     counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake, ctx.settings.pipeline.local_max_rows,
                      ctx.settings.pipeline.rebuild_chunk_rows)

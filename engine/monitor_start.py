@@ -1,7 +1,7 @@
 """Where a monitor starts: from nothing, from its own checkpoint, or where the last `rebuild` ended.
 
-The derived tables have two writers, `rebuild` (batch, overwrites) and `monitor` (micro-batches, appends).
-Each commit names its writer in the commit info; a rebuild also records the bronze versions it read. So:
+Each derived-table commit names its writer, and a rebuild's names the bronze versions it read
+(``engine.writes``). So:
 
 - a new monitor on a rebuilt lake streams only the bronze versions after the rebuild's, from its state;
 - a monitor whose checkpoint predates a later rebuild must not continue (it would re-add what the rebuild
@@ -20,7 +20,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipelines.engine import DERIVED_TABLES
+from engine.increment import DERIVED_TABLES
+from engine.writes import BRONZE_VERSIONS_KEY, MONITOR_WRITER, REBUILD_WRITER, WRITER_KEY
 from zkledger.errors import UserError
 
 if TYPE_CHECKING:
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REBUILD_WRITER = "rebuild"
-MONITOR_WRITER = "monitor"
-WRITER_KEY = "zkledger.writer"
-BRONZE_VERSIONS_KEY = "zkledger.bronze_versions"
 SIDECAR = "zkledger-monitor.json"
 STATE_TABLE = "partition_state"  # written last by both writers: its newest commit says who wrote last
 
@@ -43,14 +40,6 @@ class MonitorStart:
     batch_base: int = 0  # micro-batch id + base = the monitor's app-transaction version (batch_seq)
     after_versions: dict[str, int] | None = None  # bronze versions already in the derived tables (a rebuild's)
     state_version: int | None = None  # partition_state's Delta version when the checkpoint was created
-
-
-def writer_metadata(writer: str, bronze_versions: dict[str, int] | None = None) -> dict[str, str]:
-    """Commit info naming the writer (and, for a rebuild, the bronze versions it read)."""
-    meta = {WRITER_KEY: writer}
-    if bronze_versions is not None:
-        meta[BRONZE_VERSIONS_KEY] = json.dumps(bronze_versions, sort_keys=True)
-    return meta
 
 
 def plan_monitor_start(lake: Lake, checkpoint_dir: str) -> MonitorStart:

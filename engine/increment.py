@@ -1,30 +1,26 @@
 """One increment of the pipeline: bronze rows in, every derived table out.
 
-``run_increment`` is the only engine: ``zkledger rebuild`` runs it once from empty carried state over all
-history, ``zkledger monitor`` runs it per micro-batch with the carried state (``Carried``, Arrow on the driver).
-Given DataFrames, decode and the keyed fold run in Spark: per key BUCKET (``repartition`` by (topic, partition),
-sorted by zxid, one ``mapInArrow`` call per bucket into ``pipelines.vector_fold``), seeded with each touched
-key's carried row. Given Arrow tables (a small increment), the same kernels run in this process.
+``run_increment`` is the only engine: ``zkledger rebuild`` runs it over all history in zxid-ordered chunks from
+empty carried state (``engine.rebuild``), ``zkledger monitor`` runs it per micro-batch with the carried state
+(``Carried``, Arrow on the driver; ``engine.carry``). Given DataFrames, decode and the keyed fold
+(``pipelines.keyed_fold``) run in Spark; given Arrow tables (a small increment), the same kernels run in this
+process.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from itertools import pairwise
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from models.anomalies import AnomalyKind
 from models.states import DEFAULT_KAFKA_VERSION
@@ -47,42 +43,30 @@ from pipelines.controller import (
 )
 from pipelines.decode import decode_table, decoded_znode_events, split_decoded
 from pipelines.fanout import fanned_events, fanout_rows, touched_by_fanout
-from pipelines.parallel import concat_or_empty, parallel_map
-from pipelines.schemas import local_df, schema
-from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
-from pipelines.vector_fold import FOLD_RECORDS, fold_parts, fold_table, int_codes
+from pipelines.keyed_fold import _key_codes, fold_local, fold_spark
+from pipelines.schemas import schema
+from pipelines.state_machines import PARTITION_TYPES, GlobalContext
+from pipelines.vector_fold import FOLD_RECORDS
 
 log = logging.getLogger(__name__)
 
-FOLD_OUT = T.StructType([
-    T.StructField("rec", T.StringType()), T.StructField("cluster", T.StringType()),
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("replica", T.IntegerType()), T.StructField("zxid", T.LongType()),
-    T.StructField("event_time", T.TimestampType()), T.StructField("from_state", T.StringType()),
-    T.StructField("to_state", T.StringType()), T.StructField("legal", T.BooleanType()),
-    T.StructField("cause", T.StringType()), T.StructField("event_id", T.StringType()),
-    T.StructField("state", T.StringType()), T.StructField("leader", T.IntegerType()),
-    T.StructField("leader_epoch", T.IntegerType()), T.StructField("controller_epoch", T.IntegerType()),
-    T.StructField("isr", T.ArrayType(T.IntegerType())), T.StructField("replicas", T.ArrayType(T.IntegerType())),
-    T.StructField("as_of_zxid", T.LongType()), T.StructField("prev_leader", T.IntegerType()),
-    T.StructField("prev_leader_epoch", T.IntegerType()), T.StructField("prev_isr", T.ArrayType(T.IntegerType())),
-    T.StructField("prev_controller_epoch", T.IntegerType()), T.StructField("cur_controller_epoch", T.IntegerType()),
-    T.StructField("leader_live", T.BooleanType()),
-])
-
-FOLD_ARROW_SCHEMA = to_arrow_schema(FOLD_OUT)
 
 DERIVED_TABLES = ("metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies",
                   "controller_tenure", "replica_state", "partition_state")
-"""State tables are written LAST (jobs._common.write_tables), so a committed state means the whole increment is."""
+"""State tables are written LAST (``engine.writes.write_tables``), so a committed state means the whole increment is."""
 APPEND_TABLES = frozenset({"metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies"})
+STATE_TABLES = ("partition_state", "replica_state")
+STREAMED_TABLES = ("znode_events", "controller_decisions")
+"""The bronze tables an increment reads."""
+LOCAL_MAX_ROWS = 1_000_000
+"""Default of settings ``pipeline.local_max_rows``: increments up to this many bronze rows run in the driver."""
 
 
 @dataclass
 class Carried:
     """What an increment continues from, held on the driver as Arrow (all empty for a rebuild).
 
-    The monitor keeps it in memory between micro-batches (``jobs._common.MonitorCarry``), so a batch costs
+    The monitor keeps it in memory between micro-batches (``engine.carry.MonitorCarry``), so a batch costs
     what it touches, not the whole history: only the touched keys' state is shipped to Spark as fold seeds.
     """
 
@@ -173,7 +157,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     if meta is None:
         fold = fold_local(meta_t, fanned, seeds, timeline.ctx, kafka_version)
     else:
-        folded = _fold(spark, meta, fanned, seeds, timeline.ctx, kafka_version).toArrow()
+        folded = fold_spark(spark, meta, fanned, seeds, timeline.ctx, kafka_version).toArrow()
         fold = {rec: folded.filter(pc.equal(folded["rec"], rec)) for rec in FOLD_RECORDS}
     if decoded_df is not None:
         decoded_df.unpersist()
@@ -246,32 +230,9 @@ def _arrow_of(rows: list[dict[str, Any]], table: str) -> pa.Table:
     return pa.Table.from_pylist([{c: r.get(c) for c in names} for r in rows], schema=_arrow_schema(table))
 
 
-def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFrame:
-    """A driver-side Arrow table as a DataFrame with ``struct`` (an empty one is built in the JVM)."""
-    if tbl.num_rows == 0:
-        return local_df(spark, [], struct)
-    return spark.createDataFrame(tbl.select(struct.fieldNames()).cast(_arrow_schema(struct)))
-
-
 def _global_rows(meta: pa.Table) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
     return rows
-
-
-def _key_codes(*tables: pa.Table) -> list[pa.Array]:
-    """(topic, partition) of each table's rows as one int64 per row, equal for equal keys across ``tables``.
-
-    For membership tests (Arrow joins refuse list columns): a topic code and the partition packed in an int,
-    not a "topic|partition" string built per row.
-    """
-    topics = pa.chunked_array([c for t in tables for c in t["topic"].cast(pa.string()).chunks], pa.string())
-    code = pc.fill_null(pc.dictionary_encode(topics.combine_chunks()).indices, -1).to_numpy(
-        zero_copy_only=False).astype(np.int64)  # one hash pass over every table's topics; a null is -1
-    part = np.concatenate([pc.fill_null(t["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
-                           for t in tables]) if tables else np.zeros(0, np.int64)
-    packed = (code << 32) | (part & 0xFFFF_FFFF)
-    bounds = np.cumsum([t.num_rows for t in tables])[:-1]
-    return [pa.array(k, pa.int64()) for k in np.split(packed, bounds)]
 
 
 def _merge_state(carried: pa.Table, new: pa.Table) -> pa.Table:
@@ -333,138 +294,6 @@ def _covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | Non
         return False
     inner = json.loads(json.loads(anomaly["details"]).get("detail") or "{}")
     return inner.get("source") != "txnlog" and lo <= int(anomaly["zxid"]) <= hi
-
-
-FOLD_INPUT = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()), T.StructField("zxid", T.LongType()),
-    T.StructField("_seq", T.IntegerType()), T.StructField("ord", T.IntegerType()),
-    T.StructField("event_time", T.TimestampType()), T.StructField("type", T.StringType()),
-    T.StructField("leader", T.IntegerType()), T.StructField("leader_epoch", T.IntegerType()),
-    T.StructField("controller_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
-    T.StructField("replicas", T.ArrayType(T.IntegerType())), T.StructField("event_id", T.StringType()),
-    T.StructField("state", T.StringType()), T.StructField("seed_replica_ids", T.ArrayType(T.IntegerType())),
-    T.StructField("seed_replica_states", T.ArrayType(T.StringType())), T.StructField("broker", T.IntegerType()),
-])
-"""One row of the keyed fold: an event (ord 1) or a touched key's carried state (ord 0, type SEED)."""
-FOLD_ORDER = ("topic", "partition", "ord", "zxid", "_seq", "event_id")
-
-
-def fold_local(meta_t: pa.Table, fanned: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
-               kafka_version: str) -> dict[str, pa.Table]:
-    """``_fold`` of a small increment in this process: the same rows, the same order, the same kernel; the records
-    by kind (``vector_fold.FOLD_RECORDS``). ``fanned``: ``fanout.fanout_rows`` of the increment."""
-    carried_ps, carried_rs = seeds_t
-    schema = to_arrow_schema(FOLD_INPUT)
-    keyed = meta_t.filter(pc.and_(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta_t["partition"])))
-    events = pa.concat_tables([_conform(keyed, schema, ord=1), _conform(fanned, schema, ord=1)])
-    reps = carried_rs.sort_by([("topic", "ascending"), ("partition", "ascending"), ("replica", "ascending"),
-                               ("state", "ascending")])
-    grouped = reps.group_by(["topic", "partition"], use_threads=False).aggregate([("replica", "list"), ("state", "list")])
-    event_keys, carried_keys, grouped_keys = _key_codes(events, carried_ps, grouped)
-    is_seed = pc.is_in(carried_keys, pc.unique(event_keys))
-    seeds = carried_ps.filter(is_seed)
-    at = pc.index_in(carried_keys.filter(is_seed), grouped_keys)
-    seed_rows = _conform(seeds.rename_columns(["zxid" if c == "as_of_zxid" else c for c in seeds.column_names]), schema,
-                         ord=0, type=SEED, event_id="", _seq=0,
-                         seed_replica_ids=pc.take(grouped["replica_list"], at),
-                         seed_replica_states=pc.take(grouped["state_list"], at))
-    rows = pa.concat_tables([events, seed_rows])
-    order, key = _fold_order(rows)
-    rows = rows.take(pa.array(order, pa.int64()))  # one gather: the fold then reads runs of adjacent rows
-    # keys are independent: fold runs of whole keys on every core (numpy and Arrow release the GIL), as
-    # Spark folds buckets; smaller runs also stay in cache
-    key_starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
-    cuts = _cuts(key_starts, rows.num_rows, LOCAL_FOLD_CHUNK_ROWS)
-    runs = [rows.slice(a, b - a) for a, b in pairwise(cuts)]
-    folded = parallel_map(lambda run: fold_parts(run, ctx, kafka_version), runs)
-    return {rec: concat_or_empty([f[rec] for f in folded], FOLD_ARROW_SCHEMA) for rec in FOLD_RECORDS}
-
-
-LOCAL_FOLD_CHUNK_ROWS = 250_000
-
-
-def _fold_order(rows: pa.Table) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """(row order of the fold: by key, then FOLD_ORDER; each ordered row's key code).
-
-    Keys need only be contiguous (each is folded alone), so a key is one int: the topic's code (first
-    appearance, not collation) and the partition. event_id, a string, only breaks ties, which are rare: then
-    Arrow sorts everything.
-    """
-    key = _key_codes(rows)[0].to_numpy()
-    rest = [int_codes(rows[c]) for c in FOLD_ORDER[2:-1]]  # ord, zxid, _seq
-    order = np.lexsort([*rest[::-1], key])
-    ordered = [key[order], *(c[order] for c in rest)]
-    tie = np.ones(max(len(order) - 1, 0), bool)
-    for c in ordered:
-        tie &= c[1:] == c[:-1]
-    if tie.any():
-        order = pc.sort_indices(rows, [(c, "ascending", "at_start") for c in FOLD_ORDER]).to_numpy()
-    return order, key[order]
-
-
-def _cuts(key_starts: npt.NDArray[np.int64], n: int, chunk_rows: int) -> list[int]:
-    """Row offsets splitting ``n`` sorted rows into runs of about ``chunk_rows``, each cut at a key's first row."""
-    wanted = np.arange(chunk_rows, n, chunk_rows)
-    at = np.searchsorted(key_starts, wanted)
-    inner = np.unique(key_starts[at[at < len(key_starts)]])
-    return [0, *(int(c) for c in inner if 0 < c < n), n]
-
-
-def _conform(t: pa.Table, schema: pa.Schema, **values: Any) -> pa.Table:
-    """``t`` with ``schema``'s columns: a value given here (constant or array), else its own column, else nulls."""
-    n = t.num_rows
-    cols = []
-    for f in schema:
-        v = values.get(f.name)
-        if v is None:
-            cols.append(t[f.name].cast(f.type) if f.name in t.column_names else pa.nulls(n, f.type))
-        elif isinstance(v, (pa.Array, pa.ChunkedArray)):
-            cols.append(v.cast(f.type))
-        else:
-            cols.append(pa.array([v] * n, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _fold(spark: SparkSession, meta: DataFrame, fanned: pa.Table, seeds_t: tuple[pa.Table, pa.Table],
-          ctx: GlobalContext, kafka_version: str) -> DataFrame:
-    """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
-    cols = FOLD_INPUT.fieldNames()
-    carried_ps = arrow_df(spark, seeds_t[0], schema("partition_state"))
-    carried_rs = arrow_df(spark, seeds_t[1], schema("replica_state"))
-    keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
-    fanned_df = arrow_df(spark, _conform(fanned, to_arrow_schema(FOLD_INPUT), ord=1), FOLD_INPUT)
-    events = (keyed.withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))
-              .withColumn("seed_replica_ids", F.lit(None).cast("array<int>"))
-              .withColumn("seed_replica_states", F.lit(None).cast("array<string>"))
-              .select(*cols).unionByName(fanned_df.select(*cols)))
-    touched = events.select("topic", "partition").distinct()
-    reps = (carried_rs.groupBy("topic", "partition")
-            .agg(F.sort_array(F.collect_list(F.struct("replica", "state"))).alias("_r"))
-            .select("topic", "partition", F.col("_r.replica").alias("seed_replica_ids"),
-                    F.col("_r.state").alias("seed_replica_states")))
-    seeds = (carried_ps.join(touched, ["topic", "partition"], "left_semi")
-             .join(reps, ["topic", "partition"], "left")
-             .select("cluster", "topic", "partition", F.col("as_of_zxid").alias("zxid"), F.lit(0).alias("_seq"),
-                     F.lit(0).alias("ord"), "event_time", F.lit(SEED).alias("type"),
-                     F.lit(None).cast("int").alias("broker"), "leader", "leader_epoch",
-                     "controller_epoch", "isr", "replicas", F.lit("").alias("event_id"), "state",
-                     "seed_replica_ids", "seed_replica_states"))
-    rows = events.unionByName(seeds.select(*cols))
-    n = int(spark.conf.get("spark.sql.shuffle.partitions") or "2")
-    ordered = rows.repartition(n, "topic", "partition").sortWithinPartitions(*FOLD_ORDER)
-    return ordered.mapInArrow(_fold_fn(ctx, kafka_version), FOLD_OUT)
-
-
-def _fold_fn(ctx: GlobalContext, kafka_version: str) -> Any:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # one bucket = one sorted run of whole keys: fold it in one vectorised pass
-        got = list(batches)
-        rows = pa.Table.from_batches(got) if got else None
-        if rows is not None and rows.num_rows:
-            yield from fold_table(rows, ctx, kafka_version).to_batches(max_chunksize=100_000)
-
-    return run
 
 
 def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:

@@ -1,0 +1,118 @@
+"""The monitor's carried state: what the next increment continues from, held in memory between batches."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.increment import STREAMED_TABLES, Carried, Outputs, empty_carried, widened_txnlog_range
+from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
+
+if TYPE_CHECKING:
+    from lakehouse import Lake
+
+
+class RecentIds:
+    """The metadata_events ids this process committed, complete for every zxid >= ``floor``.
+
+    Each micro-batch asks which of its ids an earlier batch already committed (a change seen by both
+    collectors); answering from memory spares a lake scan per batch. Bounded: past ``max_rows`` the
+    lowest zxids are dropped and the floor raised, so older ranges fall back to the lake.
+    """
+
+    def __init__(self, floor: int | None, max_rows: int = 1_000_000) -> None:
+        self.floor = floor  # None: nothing committed before this process, memory is complete
+        self.max_rows = max_rows
+        self.zxids = pa.chunked_array([], pa.int64())
+        self.ids = pa.chunked_array([], pa.string())
+
+    def covers(self, lo: int) -> bool:
+        return self.floor is None or lo >= self.floor
+
+    def between(self, lo: int, hi: int) -> set[str]:
+        inside = pc.and_(pc.greater_equal(self.zxids, lo), pc.less_equal(self.zxids, hi))
+        return set(self.ids.filter(inside).to_pylist())
+
+    def add(self, zxids: pa.ChunkedArray, ids: pa.ChunkedArray) -> None:
+        self.zxids = pa.chunked_array(self.zxids.chunks + zxids.cast(pa.int64()).chunks, pa.int64())
+        self.ids = pa.chunked_array(self.ids.chunks + ids.cast(pa.string()).chunks, pa.string())
+        if len(self.zxids) > self.max_rows:  # keep the upper half of the zxids, every id at the new floor
+            floor = int(np.partition(self.zxids.to_numpy(), len(self.zxids) // 2)[len(self.zxids) // 2])
+            keep = pc.greater_equal(self.zxids, floor)
+            self.zxids, self.ids = self.zxids.filter(keep), self.ids.filter(keep)
+            self.floor = floor if self.floor is None else max(self.floor, floor)
+
+
+class MonitorCarry:
+    """The monitor's carried state: read from the lake once at start, then advanced in memory per batch.
+
+    Only the monitor writes the derived tables (one writer), so after each committed batch the in-memory
+    state equals what a re-read would give, and a micro-batch costs what it touches, not the history.
+    """
+
+    def __init__(self, lake: Lake) -> None:
+        import pyarrow.dataset as ds
+
+        self.lake = lake
+        for table in ("metadata_events", "partition_state", "replica_state", "controller_tenure", "anomalies",
+                      *STREAMED_TABLES):
+            lake.ensure(table)
+        meta_type = ds.field("type")
+        global_rows: list[dict[str, Any]] = lake.scan("metadata_events", where=meta_type.isin(GLOBAL_TYPES)).to_pylist()
+        writes = lake.scan("metadata_events", ["topic", "partition", "leader", "leader_epoch"],
+                           where=meta_type == "PARTITION_STATE_WRITTEN")
+        txn = lake.scan("znode_events", ["zxid"], where=ds.field("source") == "txnlog")["zxid"]
+        lo, hi = (v.as_py() for v in pc.min_max(txn).values())
+        terms = lake.read_arrow("controller_tenure")
+        self.carried = Carried(
+            partition_state=lake.read_arrow("partition_state"), replica_state=lake.read_arrow("replica_state"),
+            log_terms=terms.filter(pc.equal(terms["source"], "logs")), global_events=global_rows,
+            zk_writes=writes, known_ids=self.committed_ids, txnlog_max_zxid=hi, txnlog_min_zxid=lo,
+            # ids already in `anomalies` are not added again (a finding re-found by a later batch);
+            # resignation marks may include decisions not streamed yet: they are keyed by event id
+            known_anomaly_ids=set(lake.scan("anomalies", ["anomaly_id"])["anomaly_id"].to_pylist()),
+            resigns=resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS))),
+        )
+        top = pc.max(lake.scan("metadata_events", ["zxid"])["zxid"]).as_py()
+        self.recent = RecentIds(floor=None if top is None else top + 1)
+        self.last_batch: int | None = None  # the last micro-batch this process committed
+
+    @classmethod
+    def fresh(cls, lake: Lake, txnlog_range: tuple[int | None, int | None]) -> MonitorCarry:
+        """Nothing committed yet (a rebuild's first chunk), with the txnlog range the whole history has."""
+        carry = cls.__new__(cls)
+        carry.lake = lake
+        carry.carried = dataclasses.replace(empty_carried(), txnlog_min_zxid=txnlog_range[0],
+                                            txnlog_max_zxid=txnlog_range[1], known_anomaly_ids=set(), resigns=[])
+        carry.recent, carry.last_batch = RecentIds(floor=None), None
+        return carry
+
+    def committed_ids(self, lo: int, hi: int) -> set[str]:
+        """metadata_events ids already committed with zxid in [lo, hi] (cross-batch dedupe)."""
+        import pyarrow.dataset as ds
+
+        if self.recent.covers(lo):
+            return self.recent.between(lo, hi)
+        found = self.lake.scan("metadata_events", ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi))
+        return set(found["event_id"].to_pylist())
+
+    def advance(self, out: Outputs) -> None:
+        """The state after ``out`` was committed."""
+        c = self.carried
+        meta = out["metadata_events"]
+        terms = out["controller_tenure"]
+        writes = meta.filter(pc.equal(meta["type"], "PARTITION_STATE_WRITTEN")).select(["topic", "partition", "leader", "leader_epoch"])
+        lo, hi = out.txnlog_bounds
+        c.partition_state, c.replica_state = out["partition_state"], out["replica_state"]
+        c.log_terms = terms.filter(pc.equal(terms["source"], "logs"))
+        c.global_events = c.global_events + meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
+        c.zk_writes = writes if c.zk_writes is None else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)])
+        c.txnlog_min_zxid, c.txnlog_max_zxid = widened_txnlog_range(c, lo, hi)
+        c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
+        c.resigns = out.resigns
+        c.empty = False
+        self.recent.add(meta["zxid"], meta["event_id"])
