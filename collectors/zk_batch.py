@@ -32,7 +32,6 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import EXCEPTIONS, ConnectionLoss, KazooException, UnimplementedError
 from kazoo.interfaces import IAsyncResult
-from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.states import ZnodeStat
 
 MULTI_READ = 22
@@ -175,7 +174,10 @@ class BatchReader:
         self.opcode = multi_read_opcode
 
     def _server_path(self, path: str) -> str:
-        return str(_prefix_root(self.client.chroot, path))
+        # the collector's paths are normalised and kazoo's chroot has no trailing "/": plain concatenation
+        # (kazoo's own prefixing normalises every path again, a noticeable cost at 1M paths)
+        chroot: str = (self.client.chroot or "").rstrip("/")
+        return chroot + path if path != "/" else chroot or "/"
 
     def read(self, paths: Sequence[str]) -> IAsyncResult:
         """Data, stat and children of ``paths`` in one round trip; the result is a ``MultiReadAnswer``."""

@@ -19,7 +19,9 @@ ADMIN, ADMIN_PW = "kafka-admin", "admin-secret"
 OTHER, OTHER_PW = "someone-else", "other-secret"
 
 
-def test_an_unreadable_znode_is_one_gap_and_its_siblings_are_collected(zk_hosts: str, lake: Any) -> None:
+@pytest.mark.parametrize("batched", [True, False], ids=["multiRead", "per-znode"])
+def test_an_unreadable_znode_is_one_gap_and_its_siblings_are_collected(zk_hosts: str, lake: Any,
+                                                                       batched: bool) -> None:
     admin = KazooClient(hosts=zk_hosts, auth_data=[("digest", f"{ADMIN}:{ADMIN_PW}")])
     admin.start()
     try:
@@ -32,7 +34,10 @@ def test_an_unreadable_znode_is_one_gap_and_its_siblings_are_collected(zk_hosts:
 
         collector = ZkWatchCollector(lake, zk_hosts, auth_data=[("digest", f"{OTHER}:{OTHER_PW}")],
                                      flush_seconds=0.2)
+        if not batched:
+            collector.batched = False  # as on a server without multiRead
         collector.start()
+        assert collector.batched is batched  # NoAuth inside a multiRead answer, or from a getData
         began, resyncs = time.monotonic(), collector.resyncs
         while time.monotonic() - began < 3.0:  # the live loop, as `collect zk` runs it
             collector.step(0.2)
