@@ -4,12 +4,14 @@
 
 An embedded ZooKeeper (zkledger.zk_server, with a heap that holds the tree) gets, per chroot, Kafka's layout:
 /brokers/topics/T (assignment), /brokers/topics/T/partitions/P/state (leader and ISR) and /config/topics/T,
-written with pipelined kazoo creates (timed and reported). Then, each into its own lake:
+written with pipelined multi requests of creates (timed and reported). Then, each into its own lake:
 
-* the full tree (--partitions; 200,000 partitions at 3 per topic = 600,005 znodes): the first snapshot, wall and
-  CPU-s of this process (the collector and its kazoo thread) and of the ZooKeeper server;
-* the baseline, measured in the same run: the same snapshot at 1/10 of the partitions; linearity = (full time /
-  tenth time) / (full znodes / tenth znodes), 1.0 for linear work;
+* the full tree (--partitions; 200,000 partitions at 3 per topic = 600,005 znodes): the first snapshot (multiRead
+  batches + SetWatches), wall and CPU-s of this process (the collector and its kazoo thread) and of the ZooKeeper
+  server;
+* the baselines, measured in the same run: the same snapshot at 1/10 of the partitions; linearity = (full time /
+  tenth time) / (full znodes / tenth znodes), 1.0 for linear work; and the 1/10 tree read znode by znode (the
+  path for servers without multiRead), for the CPU multiRead saves;
 * CPU-s per znode at --sizes znodes (the issue's 2.2k / 4.4k / 8.8k), the median of 3 runs each;
 * a restart on the full lake in a fresh process: peak RSS after reading the view back (`load_view`), after the
   whole restart (view + resync of the tree), and, as the baseline, after reading the table's view columns into
@@ -37,7 +39,8 @@ log = logging.getLogger(__name__)
 
 NAME = "watch_snapshot"
 ZK_HEAP = "-Xmx4g"
-WINDOW = 4000  # creates in flight while populating
+TXN_CREATES = 500  # creates per multi request while populating
+TXNS_IN_FLIGHT = 8
 _PARENTS = ("/brokers", "/brokers/topics", "/config", "/config/topics")
 _STATE = b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1,2,3]}'
 _CONFIG = b'{"version":1,"config":{}}'
@@ -64,8 +67,9 @@ def topics_for_znodes(znodes: int, per_topic: int) -> int:
 
 
 def populate(hosts: str, chroot: str, topics: int, per_topic: int) -> float:
-    """Writes the layout under ``chroot`` with pipelined creates (a session's requests run in order, so a parent
-    is created before its children); returns the seconds it took."""
+    """Writes the layout under ``chroot`` with pipelined multi requests of ``TXN_CREATES`` creates (a session's
+    requests, and a multi's ops, run in order, so a parent is created before its children); returns the seconds
+    it took."""
     from kazoo.client import KazooClient
 
     t0 = time.perf_counter()
@@ -74,11 +78,23 @@ def populate(hosts: str, chroot: str, topics: int, per_topic: int) -> float:
     try:
         client.create(chroot)
         inflight: deque[Any] = deque()
+        batch = [client.transaction()]
+
+        def settle(pending: Any) -> None:
+            failed = [r for r in pending.get() if isinstance(r, Exception)]
+            if failed:
+                raise RuntimeError(f"populating {chroot} failed: {failed[0]!r}")
+
+        def send() -> None:
+            if len(inflight) >= TXNS_IN_FLIGHT:
+                settle(inflight.popleft())
+            inflight.append(batch[0].commit_async())
+            batch[0] = client.transaction()
 
         def create(path: str, data: bytes = b"") -> None:
-            if len(inflight) >= WINDOW:
-                inflight.popleft().get()
-            inflight.append(client.create_async(chroot + path, data))
+            batch[0].create(chroot + path, data)
+            if len(batch[0].operations) >= TXN_CREATES:
+                send()
 
         for parent in _PARENTS:
             create(parent)
@@ -92,8 +108,10 @@ def populate(hosts: str, chroot: str, topics: int, per_topic: int) -> float:
                 create(f"{topic}/partitions/{p}")
                 create(f"{topic}/partitions/{p}/state", _STATE)
             create(f"/config/topics/t{t:06d}", _CONFIG)
+        if batch[0].operations:
+            send()
         while inflight:
-            inflight.popleft().get()
+            settle(inflight.popleft())
     finally:
         client.stop()
         client.close()
@@ -108,12 +126,15 @@ def _server_cpu(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def snapshot(lake_dir: Path, hosts: str, server_pid: int | None) -> dict[str, float]:
-    """One first snapshot of ``hosts`` (with chroot) into a fresh lake: wall, CPU-s here, CPU-s of the server."""
+def snapshot(lake_dir: Path, hosts: str, server_pid: int | None, *, per_znode: bool = False) -> dict[str, float]:
+    """One first snapshot of ``hosts`` (with chroot) into a fresh lake: wall, CPU-s here, CPU-s of the server.
+    ``per_znode``: read znode by znode (the path for servers without multiRead) instead of multiRead batches."""
     from collectors.zk_watch import ZkWatchCollector
     from lakehouse import Lake
 
     collector = ZkWatchCollector(Lake(lake_dir, cluster="bench"), hosts, timeout=60)
+    if per_znode:
+        collector.batched = False
     w0, c0, s0 = time.perf_counter(), time.process_time(), _server_cpu(server_pid)
     collector.start()  # connect, read the tree, commit its rows
     wall, cpu, server = time.perf_counter() - w0, time.process_time() - c0, _server_cpu(server_pid) - s0
@@ -121,8 +142,10 @@ def snapshot(lake_dir: Path, hosts: str, server_pid: int | None) -> dict[str, fl
     rows = collector.writer.rows_written
     collector.stop()
     result = {"znodes": znodes, "rows": rows, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+              "cpu_ms_per_znode": round(1000 * cpu / znodes, 3) if znodes else 0.0,
               "server_cpu_s": round(server, 2), "znodes_per_s": round(znodes / wall) if wall else 0}
-    print(f"snapshot {hosts}: {result}", file=sys.stderr, flush=True)  # each figure as soon as it is measured
+    mode = "per-znode" if per_znode else "multiRead"
+    print(f"snapshot {hosts} ({mode}): {result}", file=sys.stderr, flush=True)  # each figure as soon as it is measured
     return result
 
 
@@ -185,6 +208,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["populate_s"] = populate_s
             full = snapshot(work / "lake-full", f"{server.hosts}/full", server.pid)
             tenth = snapshot(work / "lake-tenth", f"{server.hosts}/tenth", server.pid)
+            tenth_per_znode = snapshot(work / "lake-tenth-per-znode", f"{server.hosts}/tenth", server.pid,
+                                       per_znode=True)
             per_znode: dict[str, dict[str, float]] = {}
             for n in small:
                 runs = [snapshot(work / f"lake-z{n}-{i}", f"{server.hosts}/z{n}", server.pid) for i in range(3)]
@@ -197,15 +222,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             server.stop()
     linearity = ratio(full["wall_s"] / tenth["wall_s"], full["znodes"] / tenth["znodes"]) if tenth["wall_s"] else None
     cpu_linearity = ratio(full["cpu_s"] / tenth["cpu_s"], full["znodes"] / tenth["znodes"]) if tenth["cpu_s"] else None
-    result.update(full=full, tenth=tenth, linearity_wall=linearity, linearity_cpu=cpu_linearity,
+    speedup = ratio(tenth_per_znode["cpu_s"], tenth["cpu_s"]) if tenth["cpu_s"] else None
+    result.update(full=full, tenth=tenth, tenth_per_znode=tenth_per_znode, multiread_cpu_speedup=speedup,
+                  linearity_wall=linearity, linearity_cpu=cpu_linearity,
                   cpu_per_znode=per_znode, restart=view_restart, restart_baseline_rows=rows_baseline)
     sizes = ", ".join(f"{k}: {v['cpu_s']} CPU-s ({v['cpu_ms_per_znode']} ms/znode)" for k, v in per_znode.items())
     result["summary"] = [
-        f"populate: {populate_s['full']} s for {full['znodes']:,} znodes (pipelined kazoo creates)",
+        f"populate: {populate_s['full']} s for {full['znodes']:,} znodes (pipelined multi requests of creates)",
         f"snapshot {full['znodes']:,} znodes ({result['partitions']:,} partitions): {full['wall_s']} s wall, "
-        f"{full['cpu_s']} CPU-s collector, {full['server_cpu_s']} CPU-s ZooKeeper, {full['znodes_per_s']:,} znodes/s",
+        f"{full['cpu_s']} CPU-s collector ({full['cpu_ms_per_znode']} ms/znode), {full['server_cpu_s']} CPU-s "
+        f"ZooKeeper, {full['znodes_per_s']:,} znodes/s",
         f"baseline 1/10 ({tenth['znodes']:,} znodes): {tenth['wall_s']} s wall, {tenth['cpu_s']} CPU-s; "
         f"time ratio / size ratio = {linearity} wall, {cpu_linearity} CPU (1.0 = linear)",
+        f"baseline 1/10 read znode by znode (servers without multiRead): {tenth_per_znode['wall_s']} s wall, "
+        f"{tenth_per_znode['cpu_s']} CPU-s ({tenth_per_znode['cpu_ms_per_znode']} ms/znode); "
+        f"multiRead uses {speedup}x less collector CPU",
         f"CPU-s per snapshot (median of 3): {sizes}",
         f"restart on the full lake: view read back in {view_restart['load_view_s']} s "
         f"(peak RSS {view_restart['rss_load_view_mib']} MiB), restart with resync {view_restart['restart_s']} s "
