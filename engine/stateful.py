@@ -1,0 +1,224 @@
+"""Both state machines as one Spark stateful streaming operator, executors doing the work and the writes.
+
+The query (``fold_stream``), on the bronze ``znode_events`` stream (Delta's streaming source):
+
+1. decode on the executors: ``mapInArrow`` over ``pipelines.decode.decode_table`` (source dedupe within the
+   task's rows, the vectorised codec); only the event types the fold reads go on;
+2. route: an event with a partition goes to its key's BUCKET, ``pmod(xxhash64(topic, partition), buckets)``
+   (stable across runs and processes); a cluster-wide event (election, epoch change, broker (de)registration,
+   ...) or a topic-level deletion (request) without partition is copied to every bucket of its cluster (few
+   rows: ``buckets`` copies each);
+3. fold: ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``BucketFoldProcessor``: Python runs once
+   per bucket per micro-batch, with the vectorised kernels inside (``pipelines.bucket_fold.fold_bucket``). Each
+   bucket replays its cluster's timeline from the cluster-wide events it has seen (all of them, in zxid order:
+   the fold sorts by zxid), fans them out over its own known keys and carries its keys' partition and replica
+   state. That state is one value per bucket in Spark's state store (RocksDB), as Arrow IPC bytes, and is
+   checkpointed by Spark with the stream's offsets.
+
+The sink (``FoldBatchWriter``, ``foreachBatch``) writes each micro-batch from the executors through Delta's
+connector: the transitions appended with the app transaction ``(writer, batch id)``, then the state tables
+MERGEd on their keys under the same app transaction (Delta's idempotent DML), so a replayed batch is skipped.
+The driver plans and commits; no row of the fold passes through it.
+
+``start_stateful_fold`` starts the query over a lake: ``available_now`` for a rebuild from a fresh checkpoint,
+a processing-time trigger for a monitor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+
+from lakehouse.spark_io import stream_table, write_batch
+from models.states import DEFAULT_KAFKA_VERSION
+from models.tables import PARTITION_STATE, PARTITION_TRANSITIONS, REPLICA_STATE, REPLICA_TRANSITIONS
+from pipelines.bucket_fold import BROADCAST_TYPES, FOLDED_TYPES, BucketState, fold_bucket
+from pipelines.decode import decode_table
+from pipelines.fold_records import FOLD_OUT
+from pipelines.schemas import schema
+
+if TYPE_CHECKING:
+    from lakehouse import Lake
+
+log = logging.getLogger(__name__)
+
+STATEFUL_WRITER = "stateful-fold"
+"""The app-transaction id of the query's Delta commits (one writer; batch ids are its versions)."""
+DEFAULT_BUCKETS = 32
+"""Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
+BUCKET_COLUMN = "bucket"
+SEQ_COLUMN = "seq"  # ``_seq`` while grouped: pandas frames of transformWithStateInPandas rename "_x" columns
+META_SEQ = T.StructType([*schema("metadata_events").fields, T.StructField("_seq", T.IntegerType())])
+"""A decoded metadata event as the fold reads it (``_seq``: its order within its zxid)."""
+STATE_STRUCT = T.StructType([T.StructField(n, T.BinaryType()) for n in ("partition_state", "replica_state",
+                                                                        "global_events")])
+STATE_RECORDS = ("pt", "rt", "ps", "rs")
+"""The fold records the query emits (the enriched writes ``w`` feed detectors, not run here)."""
+
+_META_ARROW = to_arrow_schema(META_SEQ)
+_OUT_ARROW = to_arrow_schema(FOLD_OUT)
+
+
+def _decode_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task's bronze rows decoded at once (dedupe sees them together); the events the fold reads."""
+    got = list(batches)
+    if not got:
+        return
+    decoded = decode_table(pa.Table.from_batches(got))
+    keep = pc.and_(decoded["_ok"], pc.is_in(decoded["type"], pa.array(FOLDED_TYPES)))
+    meta = decoded.filter(pc.fill_null(keep, False)).select(_META_ARROW.names).cast(_META_ARROW)
+    yield from meta.to_batches(max_chunksize=200_000)
+
+
+def routed(meta: DataFrame, buckets: int) -> DataFrame:
+    """Each event with its bucket; a partition-less cluster-wide or topic-level event once per bucket."""
+    broadcast = F.col("type").isin(*BROADCAST_TYPES) & F.col("partition").isNull()
+    own = F.array(F.pmod(F.xxhash64("topic", "partition"), F.lit(buckets)).cast("int"))
+    every = F.sequence(F.lit(0), F.lit(buckets - 1))
+    return meta.withColumn(BUCKET_COLUMN, F.explode(F.when(broadcast, every).otherwise(own)))
+
+
+def fold_stream(bronze: DataFrame, buckets: int = DEFAULT_BUCKETS,
+                kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
+    """The fold's records (``FOLD_OUT`` rows, ``rec`` in ``STATE_RECORDS``) of a bronze ``znode_events`` stream."""
+    meta = bronze.mapInArrow(_decode_fn, META_SEQ).withColumnRenamed("_seq", SEQ_COLUMN)
+    return (routed(meta, buckets).groupBy("cluster", BUCKET_COLUMN)
+            .transformWithStateInPandas(statefulProcessor=BucketFoldProcessor(kafka_version), outputStructType=FOLD_OUT,
+                                        outputMode="Append", timeMode="None"))
+
+
+class BucketFoldProcessor(StatefulProcessor):
+    """One (cluster, bucket): its carried state in one ValueState, folded with each micro-batch's rows."""
+
+    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
+        self.kafka_version = kafka_version
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("bucket", STATE_STRUCT)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        frames = [f for f in rows if len(f)]
+        if not frames:
+            return
+        batch = pa.concat_tables([_from_pandas(f, _META_ARROW, cluster=key[0]) for f in frames])
+        stored = self.state.get() if self.state.exists() else None
+        carried = BucketState.from_bytes(tuple(stored)) if stored is not None else BucketState.empty(_META_ARROW)
+        records, after = fold_bucket(carried, batch, self.kafka_version)
+        self.state.update(after.to_bytes())
+        out = pa.concat_tables([records[rec].cast(_OUT_ARROW) for rec in STATE_RECORDS])
+        if out.num_rows:
+            yield out.to_pandas(date_as_object=False)
+
+    def close(self) -> None:
+        pass
+
+
+def _from_pandas(frame: pd.DataFrame, target: pa.Schema, cluster: str) -> pa.Table:
+    """A pandas frame from Spark as Arrow with ``target``'s types (nullable ints arrive as floats); the grouping
+    key's ``cluster`` when the frame leaves it out."""
+    cols = []
+    for f in target:
+        if f.name not in frame.columns and f.name == "cluster":
+            cols.append(pa.array([cluster] * len(frame), f.type))
+            continue
+        values = frame[SEQ_COLUMN if f.name == "_seq" else f.name]
+        if pa.types.is_timestamp(f.type) and getattr(values.dtype, "tz", None) is None:
+            values = values.dt.tz_localize("UTC")  # Spark hands timestamps over naive, in the session zone (UTC)
+        cols.append(pa.Array.from_pandas(values, type=f.type))
+    return pa.Table.from_arrays(cols, schema=target)
+
+
+class FoldBatchWriter:
+    """``foreachBatch`` sink: a micro-batch's fold records into the lake, once per batch id."""
+
+    def __init__(self, lake: Lake, writer_id: str = STATEFUL_WRITER) -> None:
+        self.lake, self.writer_id = lake, writer_id
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        records = records.persist()
+        try:
+            rec = F.col("rec")
+            for table, kind, spec in (("partition_transitions", "pt", PARTITION_TRANSITIONS),
+                                      ("replica_transitions", "rt", REPLICA_TRANSITIONS)):
+                write_batch(records.filter(rec == kind).select(*spec.column_names), self.lake, table, self.writer_id,
+                            batch_id)
+            # the state tables last: a committed state means the whole batch is
+            self._merge(records.filter(rec == "ps").select(*PARTITION_STATE.column_names), "partition_state",
+                        ("cluster", "topic", "partition"), batch_id)
+            self._merge(records.filter(rec == "rs").select(*REPLICA_STATE.column_names), "replica_state",
+                        ("cluster", "topic", "partition", "replica"), batch_id)
+        finally:
+            records.unpersist()
+
+    def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int) -> None:
+        """Upsert a batch's state rows on ``keys``; the target rows of a key whose (cluster, topic, partition) the
+        batch wrote and this batch did not (a replica gone) are deleted. Idempotent per batch id."""
+        lake = self.lake
+        lake.ensure(table)
+        last = lake.last_batch_seq(table, self.writer_id)
+        if last is not None and last >= batch_id:
+            log.info("%s: batch %s/%d already committed, skipped", table, self.writer_id, batch_id)
+            return
+        spark = rows.sparkSession
+        path = lake.table_path(table)
+        part_keys = ["cluster", "topic", "partition"]
+        source = rows.withColumn("_del", F.lit(False))
+        if tuple(part_keys) != keys:
+            target = spark.read.format("delta").load(path)
+            touched = rows.select(*part_keys).distinct()
+            gone = (target.join(touched, part_keys, "left_semi").join(rows.select(*keys), list(keys), "left_anti")
+                    .select(*rows.columns).withColumn("_del", F.lit(True)))
+            source = source.unionByName(gone)
+        view = f"_fold_{table}_{batch_id}"
+        source.createOrReplaceTempView(view)
+        cols = rows.columns
+        on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+        update = ", ".join(f"t.`{c}` = s.`{c}`" for c in cols)
+        names = ", ".join(f"`{c}`" for c in cols)
+        values = ", ".join(f"s.`{c}`" for c in cols)
+        conf = spark.conf
+        conf.set("spark.databricks.delta.write.txnAppId", self.writer_id)
+        conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            spark.sql(f"MERGE INTO delta.`{path}` t USING {view} s ON {on} "
+                      f"WHEN MATCHED AND s._del THEN DELETE "
+                      f"WHEN MATCHED THEN UPDATE SET {update} "
+                      f"WHEN NOT MATCHED AND NOT s._del THEN INSERT ({names}) VALUES ({values})")
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+            spark.catalog.dropTempView(view)
+
+
+def start_stateful_fold(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
+                        kafka_version: str = DEFAULT_KAFKA_VERSION, writer_id: str = STATEFUL_WRITER,
+                        available_now: bool = False, processing_time: str | None = None,
+                        max_files_per_trigger: int | None = None, after_version: int | None = None) -> StreamingQuery:
+    """Start the fold over ``lake``'s bronze stream, writing the transitions and the state tables.
+
+    ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
+    else ``processing_time`` (e.g. ``"1 second"``) for a monitor. ``buckets`` must stay the same for a
+    checkpoint. ``after_version``: the bronze versions up to it are not streamed (Delta's ``startingVersion``).
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be at least 1, got {buckets}")
+    if available_now == (processing_time is not None):
+        raise ValueError("give available_now or processing_time, one of them")
+    bronze = stream_table(spark, lake, "znode_events", after_version=after_version,
+                          max_files_per_trigger=max_files_per_trigger)
+    writer = (fold_stream(bronze, buckets, kafka_version).writeStream
+              .option("checkpointLocation", str(checkpoint)).foreachBatch(FoldBatchWriter(lake, writer_id)))
+    writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
+    return writer.start()
