@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.arrow_schema import arrow_schema
-from lakehouse.delta_source import read_data_files
+from lakehouse.lake import read_data_files
 from lakehouse.spark_io import read_table
 
 if TYPE_CHECKING:

@@ -154,23 +154,3 @@ def _is_arrow(df: object) -> bool:
 
 __all__ = ["read_table", "stream_table", "write_batch"]
 
-
-# TRANSITIONAL (removed when the monitor moves to the engine package): the names the monitor still imports.
-COMMIT_COLUMNS = ("_commit", "_action")
-
-
-def supports_commit_stream(spark: SparkSession) -> bool:
-    return False
-
-
-def stream_commits(spark: SparkSession, lake: Lake, table: str) -> DataFrame:
-    raise NotImplementedError
-
-
-def read_files_frame(spark: SparkSession, table: str, files: object) -> DataFrame:
-    raise NotImplementedError
-
-
-def drain_available_now(start: object, lake: Lake, tables: object) -> int:
-    start().awaitTermination()  # type: ignore[operator]
-    return 1
