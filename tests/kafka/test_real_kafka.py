@@ -136,7 +136,15 @@ def test_the_zombie_attempt_leaves_what_really_happened(lab: LabResult) -> None:
               and "failed_op=0 " in (z["detail"] or "")]
     assert (K.FENCED_CONTROLLER_WRITE in found) == bool(fenced)
     assert K.CONTROLLER_EPOCH_REGRESSION not in found
-    assert K.SPLIT_BRAIN not in found
+    # whether the old controller still acts after SIGCONT depends on timing: a request it had queued reaches a
+    # broker that knows the new epoch and is refused (seen on 2.8). Then, and only then, two controllers acted
+    # at once.
+    acted = {K.STALE_CONTROLLER_REQUEST, K.ZOMBIE_CONTROLLER_WRITE, K.FENCED_CONTROLLER_WRITE} & found.keys()
+    assert (K.SPLIT_BRAIN in found) == bool(acted)
+    for row in verify.anomalies_by_phase(lab.anomalies, lab.phases)["zombie-controller"]:
+        if row["kind"] == K.SPLIT_BRAIN:
+            details = json.loads(row["details"])
+            assert (details["controller_id"], details["other_id"]) == (ph.notes["old"], ph.notes["new"])
 
 
 def test_an_unclean_election_is_found(lab: LabResult) -> None:
