@@ -151,13 +151,16 @@ def snapshot(lake_dir: Path, hosts: str, server_pid: int | None, *, per_znode: b
 
 _RESTART = textwrap.dedent(
     """
-    import json, resource, sys, time
+    import json, sys, time
     from lakehouse import Lake
     from collectors.zk_watch import ZkWatchCollector, load_view
     root, hosts, mode = sys.argv[1:4]
     lake = Lake(root, cluster="bench")
-    def rss():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    def rss():  # this process's own peak (ru_maxrss would include the parent's peak, inherited through fork)
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+        return 0
     out = {"rss_start_mib": rss()}
     t0 = time.perf_counter()
     if mode == "rows":

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 WATCH_SOURCES = (str(Source.WATCH), str(Source.RESYNC))
 SWEEP_WINDOW = 2000  # znodes read ahead during a per-znode snapshot/resync (two requests each)
 READ_BATCH = 1000  # znodes per multiRead during a snapshot/resync (two ops each)
+READ_BATCH_PATH_BYTES = 128 * 1024  # and at most this much path text: the request stays far below jute.maxbuffer
 READS_IN_FLIGHT = 3  # multiReads sent ahead of the one being applied
 RESYNC_BATCH_ROWS = 20_000  # rows per commit while a snapshot/resync runs (latency matters less than commits)
 RETRY_FIRST_S, RETRY_MAX_S = 5.0, 300.0  # an unreadable znode is retried after 5 s, 10 s, ... at most 5 min
@@ -672,7 +673,11 @@ class ZkWatchCollector:
         arming: deque[IAsyncResult] = deque()
         while frontier or inflight:
             while frontier and len(inflight) < READS_IN_FLIGHT:
-                batch = [frontier.popleft() for _ in range(min(READ_BATCH, len(frontier)))]
+                batch: list[tuple[str, _ListingCheck | None]] = []
+                size = 0
+                while frontier and len(batch) < READ_BATCH and size < READ_BATCH_PATH_BYTES:
+                    batch.append(frontier.popleft())
+                    size += len(batch[-1][0])
                 inflight.append((batch, self.batch.read([path for path, _check in batch])))
             batch, pending = inflight.popleft()
             answer: MultiReadAnswer = pending.get()

@@ -120,13 +120,14 @@ def _kafka_tree(zk: KazooClient, topics: int = 30) -> None:
         zk.create(f"/config/topics/t{t}", b"{}", makepath=True)
 
 
+@pytest.mark.parametrize("bound", [("READ_BATCH", 7), ("READ_BATCH_PATH_BYTES", 100)], ids=["znodes", "bytes"])
 def test_batched_snapshot_equals_the_per_znode_snapshot(
-    zk: KazooClient, zk_hosts: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    zk: KazooClient, zk_hosts: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, bound: tuple[str, int]
 ) -> None:
     from lakehouse import Lake
 
     _kafka_tree(zk)
-    monkeypatch.setattr(zk_watch, "READ_BATCH", 7)  # many batches, several in flight, listings split across them
+    monkeypatch.setattr(zk_watch, *bound)  # many batches, several in flight, listings split across them
     lakes = {}
     for batched in (True, False):
         lake = Lake(tmp_path / f"lake-{batched}", cluster="test")
