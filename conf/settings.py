@@ -71,6 +71,7 @@ class SparkSettings:
 class StreamingSettings:
     checkpoint_root: str
     trigger_seconds: float
+    max_files_per_trigger: int
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class CollectSettings:
 class MonitorSettings:
     webhook: str
     quality_each_batch: bool
+    maintain_every_hours: float
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,14 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "spark.shuffle_partitions": (lambda v: v > 0, "a positive integer"),
     "spark.log_level": (lambda v: v.upper() in _LOG_LEVELS, "one of " + ", ".join(sorted(_LOG_LEVELS))),
     "streaming.trigger_seconds": (lambda v: v > 0, "a positive number"),
+    "streaming.max_files_per_trigger": (lambda v: v > 0, "a positive integer"),
     "pipeline.local_max_rows": (lambda v: v >= 0, "a non-negative integer (0 = always through Spark)"),
     "pipeline.rebuild_chunk_rows": (lambda v: v >= 0, "a non-negative integer (0 = the whole history at once)"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
     "collect.poll_seconds": (lambda v: v > 0, "a positive number"),
     "monitor.webhook": (lambda v: v == "" or v.startswith(("http://", "https://")), "empty or an http(s) URL"),
+    "monitor.maintain_every_hours": (lambda v: v >= 0, "a non-negative number (0 = off)"),
     "demo.zk_port": (lambda v: 0 <= v <= 65535, "a port number (0 = any free port)"),
     "demo.seed": (lambda v: v >= 0, "a non-negative integer"),
 })

@@ -130,14 +130,36 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     return len(rows)
 
 
+class MaintenanceSchedule:
+    """``zkledger maintain`` between micro-batches, at most once every ``every_s`` seconds (0: never).
+
+    Between batches the monitor's own writes are idle; the collectors' appends go on, and a compaction that
+    loses a race with one is left for the next turn. VACUUM keeps what the monitor's checkpoint still needs.
+    """
+
+    def __init__(self, lake: Lake, checkpoint_dir: str, every_s: float) -> None:
+        self.lake, self.checkpoint_dir, self.every_s = lake, checkpoint_dir, every_s
+        self.due = time.monotonic() + every_s
+
+    def after_batch(self) -> None:
+        if self.every_s <= 0 or time.monotonic() < self.due:
+            return
+        from lakehouse.maintenance import maintain_tables
+
+        report = maintain_tables(self.lake, checkpoint_dirs=[self.checkpoint_dir])
+        log.info("scheduled maintenance: %s", report.summary())
+        self.due = time.monotonic() + self.every_s
+
+
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,
                   available_now: bool = False,
                   publish: Callable[[list[dict[str, Any]]], Any] | None = None,
                   quality: bool = False, carry: MonitorCarry | None = None,
                   start: MonitorStart | None = None, local_max_rows: int = LOCAL_MAX_ROWS,
-                  max_files_per_trigger: int = MAX_FILES_PER_TRIGGER) -> StreamingQuery:
+                  max_files_per_trigger: int = MAX_FILES_PER_TRIGGER,
+                  maintain_every_s: float = 0.0) -> StreamingQuery:
     """The streaming pipeline: both bronze tables' new rows (Delta's streaming source) in one query,
-    foreachBatch -> run_increment.
+    foreachBatch -> run_increment; with ``maintain_every_s``, the lake's maintenance between batches.
 
     For "process what is there, then stop" use ``drain_monitor``.
     """
@@ -149,8 +171,11 @@ def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigg
     carry = carry or MonitorCarry(lake)
     base = start.batch_base
 
+    maintenance = MaintenanceSchedule(lake, checkpoint_dir, maintain_every_s)
+
     def each_batch(df: DataFrame, batch_id: int) -> None:
         monitor_batch(spark, lake, df, batch_id, publish, quality, carry, base, local_max_rows)
+        maintenance.after_batch()
 
     writer = both.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint_dir).queryName("zkledger_monitor")
     if available_now:
@@ -165,11 +190,11 @@ def drain_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *,
                   local_max_rows: int = LOCAL_MAX_ROWS, max_files_per_trigger: int = MAX_FILES_PER_TRIGGER) -> int:
     """``monitor --available-now``: every bronze row present now is processed (in micro-batches of at most
     ``max_files_per_trigger`` files per table, a replayed uncommitted batch first), then the monitor stops.
-    Returns the number of micro-batches run."""
+    Returns the number of micro-batches that had input rows."""
     query = start_monitor(spark, lake, checkpoint_dir, available_now=True, publish=publish, quality=quality,
                           local_max_rows=local_max_rows, max_files_per_trigger=max_files_per_trigger)
     query.awaitTermination()
-    return len(query.recentProgress)
+    return sum(1 for progress in query.recentProgress if progress.get("numInputRows", 0) > 0)
 
 
 def _committed(lake: Lake, tables: Sequence[str], batch_id: int) -> bool:

@@ -31,11 +31,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.available_now:
             drain_monitor(spark, lake, checkpoint, publish=alerter.publish, quality=quality,
-                          local_max_rows=settings.pipeline.local_max_rows)
+                          local_max_rows=settings.pipeline.local_max_rows,
+                          max_files_per_trigger=settings.streaming.max_files_per_trigger)
         else:
             trigger = args.trigger if args.trigger is not None else settings.streaming.trigger_seconds
             start_monitor(spark, lake, checkpoint, trigger_seconds=trigger, publish=alerter.publish, quality=quality,
-                          local_max_rows=settings.pipeline.local_max_rows).awaitTermination()
+                          local_max_rows=settings.pipeline.local_max_rows,
+                          max_files_per_trigger=settings.streaming.max_files_per_trigger,
+                          maintain_every_s=3600 * settings.monitor.maintain_every_hours).awaitTermination()
     finally:
         alerter.close()
     return 0

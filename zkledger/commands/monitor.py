@@ -20,6 +20,9 @@ def register(subparsers: Any) -> None:
                              "default: settings monitor.webhook)")
     parser.add_argument("--quality", action="store_true",
                         help="run the quality suites on each micro-batch (default: settings monitor.quality_each_batch)")
+    parser.add_argument("--maintain-every", metavar="HOURS", type=float, default=None,
+                        help="run `zkledger maintain` between micro-batches this often "
+                             "(default: settings monitor.maintain_every_hours; 0 = off)")
     parser.set_defaults(handler=run)
 
 
@@ -38,14 +41,20 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     if args.available_now:
         try:
             drain_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, publish=alerter.publish, quality=quality,
-                          local_max_rows=ctx.settings.pipeline.local_max_rows)
+                          local_max_rows=ctx.settings.pipeline.local_max_rows,
+                          max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger)
         finally:
             alerter.close()
         return f"monitor caught up and stopped: {alerter.count} anomalies published"
     trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
+    maintain_hours = args.maintain_every if args.maintain_every is not None else ctx.settings.monitor.maintain_every_hours
+    if maintain_hours < 0:
+        raise UserError("--maintain-every must be >= 0 hours")
     query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
                           publish=alerter.publish, quality=quality,
-                          local_max_rows=ctx.settings.pipeline.local_max_rows)
+                          local_max_rows=ctx.settings.pipeline.local_max_rows,
+                          max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
+                          maintain_every_s=3600 * maintain_hours)
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
