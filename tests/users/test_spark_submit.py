@@ -90,14 +90,25 @@ def _archive(dest: Path) -> Path:
     return out
 
 
+def _submit(master: str, tmp_path: Path) -> list[str]:
+    """spark-submit as the README shows a cluster user: the project archive, Delta's pinned jars and its confs."""
+    from zkledger.jvm import DELTA, installed_jars
+    from zkledger.spark import DELTA_CATALOG, DELTA_EXTENSION
+
+    return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, "--total-executor-cores", "1",
+            "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)),
+            "--jars", ",".join(str(j) for j in installed_jars(DELTA)),
+            "--conf", f"spark.sql.extensions={DELTA_EXTENSION}",
+            "--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}"]
+
+
 def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any, tmp_path: Path) -> None:
     tables = sd.all_tables()
     tables["anomalies"].append({**tables["anomalies"][0], "kind": "ALIENS", "anomaly_id": "alien-1"})
     sd.write_story(lake, {t: tables[t] for t in ("metadata_events", *TABLES)})
     local = run_quality(spark, lake, tables=TABLES, write_results=False)
 
-    argv = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", standalone, "--total-executor-cores", "1",
-            "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)), str(ROOT / "jobs" / "check.py"),
+    argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "check.py"),
             "--lake", lake.root, "--cluster", lake.cluster]
     for t in TABLES:
         argv += ["--table", t]
@@ -134,8 +145,7 @@ def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: A
     # the local rebuild ran in process (a small history); on the cluster, decode and fold run on the executor
     conf = tmp_path / "through-spark.toml"
     conf.write_text("[pipeline]\nlocal_max_rows = 0\n", encoding="utf-8")
-    argv = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", standalone, "--total-executor-cores", "1",
-            "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)), str(ROOT / "jobs" / "rebuild.py"),
+    argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "rebuild.py"),
             "--conf", str(conf), "--lake", remote.root, "--cluster", remote.cluster]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
