@@ -13,7 +13,8 @@ help:
 	@echo "make demo-kafka   a controller failover and a zombie attempt on real Kafka 3.9 brokers"
 	@echo "make test   install from nothing, lint, and run the whole test suite"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
-	@echo "make dist   build dist/zkledger.zip for spark-submit --py-files"
+	@echo "make dist   build dist/zkledger.zip (spark-submit --py-files) and dist/jars/ (Delta's connector, --jars)"
+	@echo "make jars   install the pinned JVM artifacts (Delta's connector, Kafka brokers) into .jvm/ (Maven, once)"
 	@echo "make zk-start|zk-status|zk-stop   the embedded ZooKeeper (data in \$$LAKE/_zookeeper; ZK_PORT=2181 to pin the port)"
 
 $(STAMP): pyproject.toml requirements.lock
@@ -79,7 +80,8 @@ bench: venv java jars
 dist: venv jars
 	rm -rf dist && mkdir -p dist
 	zip -qr dist/zkledger.zip zkledger models collectors pipelines engine jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
-	@echo "built dist/zkledger.zip"
+	mkdir -p dist/jars && cp .jvm/delta/*.jar dist/jars/
+	@echo "built dist/zkledger.zip and dist/jars/ (Delta's connector: spark-submit --jars \$$(ls dist/jars/*.jar | paste -sd,))"
 
 ZK_PORT ?= 0
 zk-start: venv java
