@@ -9,7 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.increment import STREAMED_TABLES, Carried, Outputs, empty_carried, widened_txnlog_range
+from engine.increment import (
+    DERIVED_TABLES,
+    STREAMED_TABLES,
+    Carried,
+    Outputs,
+    empty_carried,
+    widened_txnlog_range,
+)
+from engine.writes import MONITOR_WRITER
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 
 if TYPE_CHECKING:
@@ -47,11 +55,32 @@ class RecentIds:
             self.floor = floor if self.floor is None else max(self.floor, floor)
 
 
+def complete_versions(lake: Lake) -> dict[str, int | None]:
+    """Each derived table's version as of the monitor's last complete micro-batch (None: the current one).
+
+    A batch whose commits a crash cut short (some tables hold it, others not) is read as not there: the
+    replayed batch is recomputed from the state before it, as the first run computed it.
+    """
+    seqs = {t: lake.last_batch_seq(t, MONITOR_WRITER) if lake.exists(t) else None for t in DERIVED_TABLES}
+    newest = max((s for s in seqs.values() if s is not None), default=None)
+    versions: dict[str, int | None] = dict.fromkeys(DERIVED_TABLES)
+    if newest is None or all(s == newest for s in seqs.values()):
+        return versions
+    for table, seq in seqs.items():
+        if seq == newest:  # this table committed the cut batch: its version before that commit
+            version = int(lake.version(table) or 0)
+            while version > 0 and (lake.snapshot(table, version).transaction_version(MONITOR_WRITER) or -1) >= newest:
+                version -= 1
+            versions[table] = version
+    return versions
+
+
 class MonitorCarry:
     """The monitor's carried state: read from the lake once at start, then advanced in memory per batch.
 
     Only the monitor writes the derived tables (one writer), so after each committed batch the in-memory
     state equals what a re-read would give, and a micro-batch costs what it touches, not the history.
+    Read as of the last complete batch (``complete_versions``).
     """
 
     def __init__(self, lake: Lake) -> None:
@@ -61,23 +90,28 @@ class MonitorCarry:
         for table in ("metadata_events", "partition_state", "replica_state", "controller_tenure", "anomalies",
                       *STREAMED_TABLES):
             lake.ensure(table)
+        self.versions = complete_versions(lake)
+        at = self.versions
         meta_type = ds.field("type")
-        global_rows: list[dict[str, Any]] = lake.scan("metadata_events", where=meta_type.isin(GLOBAL_TYPES)).to_pylist()
+        global_rows: list[dict[str, Any]] = lake.scan("metadata_events", where=meta_type.isin(GLOBAL_TYPES),
+                                                      version=at["metadata_events"]).to_pylist()
         writes = lake.scan("metadata_events", ["topic", "partition", "leader", "leader_epoch"],
-                           where=meta_type == "PARTITION_STATE_WRITTEN")
+                           where=meta_type == "PARTITION_STATE_WRITTEN", version=at["metadata_events"])
+        writes = distinct_writes(writes)
         txn = lake.scan("znode_events", ["zxid"], where=ds.field("source") == "txnlog")["zxid"]
         lo, hi = (v.as_py() for v in pc.min_max(txn).values())
-        terms = lake.read_arrow("controller_tenure")
+        terms = lake.read_arrow("controller_tenure", at["controller_tenure"])
         self.carried = Carried(
-            partition_state=lake.read_arrow("partition_state"), replica_state=lake.read_arrow("replica_state"),
+            partition_state=lake.read_arrow("partition_state", at["partition_state"]),
+            replica_state=lake.read_arrow("replica_state", at["replica_state"]),
             log_terms=terms.filter(pc.equal(terms["source"], "logs")), global_events=global_rows,
             zk_writes=writes, known_ids=self.committed_ids, txnlog_max_zxid=hi, txnlog_min_zxid=lo,
             # ids already in `anomalies` are not added again (a finding re-found by a later batch);
             # resignation marks may include decisions not streamed yet: they are keyed by event id
-            known_anomaly_ids=set(lake.scan("anomalies", ["anomaly_id"])["anomaly_id"].to_pylist()),
+            known_anomaly_ids=set(lake.scan("anomalies", ["anomaly_id"], version=at["anomalies"])["anomaly_id"].to_pylist()),
             resigns=resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS))),
         )
-        top = pc.max(lake.scan("metadata_events", ["zxid"])["zxid"]).as_py()
+        top = pc.max(lake.scan("metadata_events", ["zxid"], version=at["metadata_events"])["zxid"]).as_py()
         self.recent = RecentIds(floor=None if top is None else top + 1)
         self.last_batch: int | None = None  # the last micro-batch this process committed
 
@@ -88,7 +122,7 @@ class MonitorCarry:
         carry.lake = lake
         carry.carried = dataclasses.replace(empty_carried(), txnlog_min_zxid=txnlog_range[0],
                                             txnlog_max_zxid=txnlog_range[1], known_anomaly_ids=set(), resigns=[])
-        carry.recent, carry.last_batch = RecentIds(floor=None), None
+        carry.recent, carry.last_batch, carry.versions = RecentIds(floor=None), None, dict.fromkeys(DERIVED_TABLES)
         return carry
 
     def committed_ids(self, lo: int, hi: int) -> set[str]:
@@ -97,7 +131,10 @@ class MonitorCarry:
 
         if self.recent.covers(lo):
             return self.recent.between(lo, hi)
-        found = self.lake.scan("metadata_events", ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi))
+        # until this process commits, as of the last complete batch: a replayed batch's own rows are not "earlier"
+        version = self.versions["metadata_events"] if self.last_batch is None else None
+        found = self.lake.scan("metadata_events", ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi),
+                               version=version)
         return set(found["event_id"].to_pylist())
 
     def advance(self, out: Outputs) -> None:
@@ -110,9 +147,20 @@ class MonitorCarry:
         c.partition_state, c.replica_state = out["partition_state"], out["replica_state"]
         c.log_terms = terms.filter(pc.equal(terms["source"], "logs"))
         c.global_events = c.global_events + meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
-        c.zk_writes = writes if c.zk_writes is None else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)])
+        c.zk_writes = distinct_writes(writes if c.zk_writes is None
+                                      else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)]))
         c.txnlog_min_zxid, c.txnlog_max_zxid = widened_txnlog_range(c, lo, hi)
         c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
         c.resigns = out.resigns
         c.empty = False
         self.recent.add(meta["zxid"], meta["event_id"])
+
+
+WRITE_KEY = ("topic", "partition", "leader", "leader_epoch")
+"""What the decision detectors ask of a state write: whether ZooKeeper ever held (leader, leader_epoch)."""
+
+
+def distinct_writes(writes: pa.Table) -> pa.Table:
+    """One row per (topic, partition, leader, leader_epoch): the carried writes grow with leader changes, not
+    with every write (ISR changes, repeated writes of one leadership)."""
+    return writes.group_by(list(WRITE_KEY), use_threads=False).aggregate([]).select(list(WRITE_KEY))

@@ -51,10 +51,11 @@ from pipelines.vector_fold import FOLD_RECORDS
 log = logging.getLogger(__name__)
 
 
-DERIVED_TABLES = ("metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies",
+DERIVED_TABLES = ("metadata_events", "decode_quarantine", "partition_transitions", "replica_transitions", "anomalies",
                   "controller_tenure", "replica_state", "partition_state")
-"""State tables are written LAST (``engine.writes.write_tables``), so a committed state means the whole increment is."""
-APPEND_TABLES = frozenset({"metadata_events", "quarantine", "partition_transitions", "replica_transitions", "anomalies"})
+"""The state tables are written LAST, partition_state after replica_state (``engine.writes.write_tables``), so a
+committed partition_state means the whole increment is."""
+APPEND_TABLES = frozenset({"metadata_events", "decode_quarantine", "partition_transitions", "replica_transitions", "anomalies"})
 STATE_TABLES = ("partition_state", "replica_state")
 STREAMED_TABLES = ("znode_events", "controller_decisions")
 """The bronze tables an increment reads."""
@@ -202,7 +203,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
                                                             pa.array(sorted(carried.known_anomaly_ids), pa.string()))))
 
     return Outputs({
-        "metadata_events": meta_t.select(list(METADATA_EVENTS.column_names)), "quarantine": quarantine_t,
+        "metadata_events": meta_t.select(list(METADATA_EVENTS.column_names)), "decode_quarantine": quarantine_t,
         "partition_transitions": pt_t, "replica_transitions": rt_t, "anomalies": anomalies_t,
         "controller_tenure": tenure_t, "partition_state": ps_t, "replica_state": rs_t,
     }, (txn_lo, txn_hi), resigns)

@@ -70,13 +70,18 @@ def _new_start(lake: Lake, last: dict[str, Any] | None) -> MonitorStart:
         versions = {str(k): int(v) for k, v in json.loads(str(last[BRONZE_VERSIONS_KEY])).items()}  # type: ignore[index]
         log.info("continuing from the rebuild at %s version %s (bronze %s)", STATE_TABLE, version, versions)
         return MonitorStart(base, versions, version)
-    if lake.exists(STATE_TABLE) and (writer is not None or _seq(lake, STATE_TABLE) is not None
-                                     or lake.last_batch_seq(STATE_TABLE, REBUILD_WRITER) is not None):
+    if writer is not None or any(_written(lake, t) for t in DERIVED_TABLES):  # e.g. a rebuild killed midway
         raise UserError(
             "the derived tables already hold a pipeline's output that this new monitor checkpoint cannot "
             "continue (its checkpoint is gone, or an older rebuild did not record what it read): run "
             "`zkledger rebuild`, then start the monitor again (it continues where the rebuild ended)")
     return MonitorStart(base, None, version)
+
+
+def _written(lake: Lake, table: str) -> bool:
+    """``table`` holds a commit of the monitor or of a rebuild."""
+    return lake.exists(table) and (_seq(lake, table) is not None
+                                   or lake.last_batch_seq(table, REBUILD_WRITER) is not None)
 
 
 def _seq(lake: Lake, table: str) -> int | None:

@@ -102,7 +102,7 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
 
         if writing is not None:
             writing.result()  # the previous chunk is committed (or its error raised here)
-        writing = io.submit(write_tables, write)
+        writing = io.submit(write_tables, write, i)
         carry.advance(out)
         for table in DERIVED_TABLES:
             counts[table] = out[table].num_rows + (counts[table] if table in APPEND_TABLES else 0)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from engine.increment import APPEND_TABLES, DERIVED_TABLES, STATE_TABLES, Outputs
+from lakehouse.lake import crash_point
 from lakehouse.spark_io import write_batch
 
 if TYPE_CHECKING:
@@ -36,16 +37,27 @@ def writer_metadata(writer: str, bronze_versions: dict[str, int] | None = None) 
 _WRITERS: ThreadPoolExecutor | None = None
 
 
-def write_tables(write: Callable[[str], None]) -> None:
-    """``write`` every derived table: the others concurrently, then the state tables (a committed state means
-    the whole increment is committed). delta-rs encodes and commits outside the GIL, so the writes overlap."""
+COMMITTED = "committed_"
+"""Crash hook stage after a table's commit: ``ZKLEDGER_LAKE_CRASH=committed_<table>:<batch>`` (tests)."""
+
+
+def write_tables(write: Callable[[str], None], batch: int) -> None:
+    """``write`` every derived table: the others concurrently, then ``replica_state``, then ``partition_state``
+    alone, so a committed ``partition_state`` means the whole increment is committed. delta-rs encodes and
+    commits outside the GIL, so the other writes overlap. ``batch`` names the increment for the crash hook."""
     global _WRITERS
     if _WRITERS is None:  # one pool for the process: starting threads per micro-batch showed in its latency
         _WRITERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="delta-write")
+
+    def commit(table: str) -> None:
+        write(table)
+        crash_point(COMMITTED + table, batch)
+
     others = [t for t in DERIVED_TABLES if t not in STATE_TABLES]
-    for group in (others, STATE_TABLES):
-        for done in [_WRITERS.submit(write, t) for t in group]:
-            done.result()
+    for done in [_WRITERS.submit(commit, t) for t in others]:
+        done.result()
+    for table in STATE_TABLES[::-1]:  # partition_state last: the marker of a finished increment
+        commit(table)
 
 
 def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) -> pa.Table:
@@ -57,5 +69,5 @@ def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) ->
         write_batch(out[table], lake, table, writer_id, batch_seq, mode="append" if table in APPEND_TABLES else "overwrite",
                     metadata=meta)
 
-    write_tables(write)
+    write_tables(write, batch_seq)
     return out["anomalies"]

@@ -140,6 +140,7 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         (),
     ),
     "quarantine": ((_unique("event_id"),), ()),
+    "decode_quarantine": ((_unique("event_id"),), ()),
     "metadata_events": (
         (
             _unique("event_id"),

@@ -107,7 +107,14 @@ QUARANTINE = TableSpec(
         _c("event_id", "string", False),
     ),
     key=("cluster", "event_id"),
-    doc="one input that could not be used",
+    doc="one input a collector could not use (bronze: only collectors write it)",
+)
+
+DECODE_QUARANTINE = TableSpec(
+    "decode_quarantine",
+    QUARANTINE.columns,
+    key=("cluster", "event_id"),
+    doc="one bronze znode change the pipeline could not decode (derived: a rebuild rewrites it)",
 )
 
 METADATA_EVENTS = TableSpec(
@@ -273,6 +280,7 @@ ALL_TABLES: Final[dict[str, TableSpec]] = {
         ZNODE_EVENTS,
         CONTROLLER_DECISIONS,
         QUARANTINE,
+        DECODE_QUARANTINE,
         METADATA_EVENTS,
         PARTITION_TRANSITIONS,
         REPLICA_TRANSITIONS,

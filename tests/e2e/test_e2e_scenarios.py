@@ -347,7 +347,7 @@ def test_monitor_killed_mid_stream_then_restarted_ends_equal_to_the_rebuild(runs
 # both paths must write the same tables.
 SPARK_PATH_RUNS = [("zombie-controller", "2.0"), ("unclean-election", "3.8"), ("topic-deletion", "3.8"),
                    ("reassignment", "3.8"), ("failover-storm", "3.8")]
-_BOTH_PATHS = (*_COMPARED, "controller_tenure", "quarantine")
+_BOTH_PATHS = (*_COMPARED, "controller_tenure", "decode_quarantine")
 
 
 def _bronze_copy(src: Any, root: Path) -> Any:

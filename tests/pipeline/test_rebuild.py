@@ -68,7 +68,7 @@ def test_clean_history_rebuilds_states_and_no_anomalies(spark: Any, lake: Any) -
     assert sorted(rt) == [(1, "NewReplica"), (1, "OnlineReplica"), (2, "NewReplica"), (2, "OnlineReplica")]
     tenure = [(r["controller_id"], r["controller_epoch"], r["source"]) for r in _rows(lake, "controller_tenure")]
     assert tenure == [(1, 1, "zk")]
-    assert counts["quarantine"] == 0
+    assert counts["decode_quarantine"] == 0
 
 
 def test_rebuild_twice_is_identical(spark: Any, lake: Any) -> None:
@@ -89,11 +89,36 @@ def test_malformed_payload_is_quarantined(spark: Any, lake: Any) -> None:
     h.add("/controller", "DELETE", source="watch")  # past the txnlog's last zxid: kept
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
     rebuild(spark, lake)
-    q = _rows(lake, "quarantine")
+    q = _rows(lake, "decode_quarantine")
     assert len(q) == 1 and q[0]["ref"].endswith("/partitions/0/state:SET") and q[0]["reason"]
     resigned = [r["zxid"] for r in _rows(lake, "metadata_events") if r["type"] == "CONTROLLER_RESIGNED"]
     assert resigned == [h.zxid]
 
+
+
+def test_collector_quarantine_survives_rebuild_and_monitor(spark: Any, lake: Any, tmp_path: Any) -> None:
+    # the collectors' rejects are bronze: no rebuild or monitor may drop them (nothing re-collects them)
+    from collectors.kafka_logs import collect_logs
+    from engine.monitor import drain_monitor
+
+    log = tmp_path / "controller.log"
+    log.write_text("2019/08/12 ERROR no layout here\n", encoding="utf-8")
+    assert collect_logs(lake, log)["quarantined"] == 1
+    collected = _rows(lake, "quarantine")
+    h = clean_history()
+    h.add("/brokers/topics/t/partitions/0/state", "SET", b"{not json")
+    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    rebuild(spark, lake)
+    derived = _rows(lake, "decode_quarantine")
+    assert len(derived) == 1 and derived[0]["ref"].endswith("/partitions/0/state:SET")
+    rebuild(spark, lake)
+    assert _rows(lake, "quarantine") == collected and _rows(lake, "decode_quarantine") == derived
+    h.add("/brokers/topics/t/partitions/0/state", "SET", b"[1, 2")  # arrives after the rebuild
+    lake.append("znode_events", h.rows[-1:], writer_id="t", batch_seq=2)
+    drain_monitor(spark, lake, str(tmp_path / "ckpt"))
+    assert _rows(lake, "quarantine") == collected and len(_rows(lake, "decode_quarantine")) == 2
+    rebuild(spark, lake)
+    assert _rows(lake, "quarantine") == collected and len(_rows(lake, "decode_quarantine")) == 2
 
 def test_state_zxid_accepts_decimal_and_hex() -> None:
     import argparse

@@ -21,4 +21,4 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
                      ctx.settings.pipeline.rebuild_chunk_rows)
     return (f"rebuilt {counts['metadata_events']} metadata events, {counts['partition_transitions']} partition and "
             f"{counts['replica_transitions']} replica transitions, {counts['anomalies']} anomalies "
-            f"({counts['quarantine']} quarantined)")
+            f"({counts['decode_quarantine']} quarantined)")

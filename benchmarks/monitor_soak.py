@@ -1,0 +1,192 @@
+"""Monitor soak: the monitor's memory over a long steady write load (is its RSS flat with uptime?).
+
+    python -m benchmarks.monitor_soak [--minutes 30] [--rate 2000] [--elections 10] [--partitions 2000]
+        [--sample 30] [--baseline-minute 2]
+
+A real embedded ZooKeeper holds a ZK-mode Kafka layout (brokers 1..3, partition state znodes). Running as users
+run them: `zkledger collect txnlog --follow` and `zkledger monitor --trigger 1`. A writer makes --rate
+partition-state writes per second for --minutes: mostly ISR changes (the leader shrinks and expands its ISR:
+same leader and leader_epoch), and --elections per second leader changes (a leader_epoch bump), the mix of a
+cluster in steady operation. Every --sample seconds the RSS of the monitor's driver (the Python process and its
+JVM) is recorded. The baseline is the same run's RSS at --baseline-minute (after start-up and warm-up); the
+result is the RSS at the end against it, and the least-squares slope (MB per minute) of the samples after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import subprocess
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import base_parser, machine, run_main, scratch
+from benchmarks.detection_latency import BROKERS, KAFKA, _cli, _log_digest, _seed_layout
+
+log = logging.getLogger(__name__)
+
+NAME = "monitor_soak"
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident set size of one process in MB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (the monitor's JVM is a child of its Python process)."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    kids = [int(p) for p in out.split()]
+    return kids + [g for k in kids for g in _children(k)]
+
+
+def _sampler(pid: int, start: float, every: float, samples: list[dict[str, float]], stop: threading.Event) -> None:
+    while not stop.wait(every):
+        jvm = sum(_rss_mb(c) for c in _children(pid))
+        py = _rss_mb(pid)
+        samples.append({"minute": round((time.monotonic() - start) / 60, 2), "python_mb": round(py, 1),
+                        "jvm_mb": round(jvm, 1), "total_mb": round(py + jvm, 1)})
+        log.info("soak: %s", samples[-1])
+
+
+def _writer(client: Any, paths: list[str], rate: int, elections: float, seconds: float) -> int:
+    """Steady writes for ``seconds``: ISR shrink/expand at the current leadership, ``elections``/s leader moves."""
+    from simulator import payloads
+
+    leader_epoch = dict.fromkeys(paths, 0)
+    shrunk = dict.fromkeys(paths, False)
+    rng = np.random.default_rng(1)
+    start, sent, elected = time.monotonic(), 0, 0
+    pending: list[Any] = []
+    while (elapsed := time.monotonic() - start) < seconds:
+        due = min(int(elapsed * rate) - sent, max(rate // 20, 1))
+        elect_due = int(elapsed * elections) - elected
+        for i in range(max(due, 0)):
+            path = paths[int(rng.integers(len(paths)))]
+            if i < elect_due:  # a leader change: a new leader_epoch
+                leader_epoch[path] += 1
+                elected += 1
+                shrunk[path] = False
+            else:  # an ISR change by the leader: same leader and leader_epoch
+                shrunk[path] = not shrunk[path]
+            leader = BROKERS[leader_epoch[path] % 3]
+            isr = [leader] if shrunk[path] else [leader] + [b for b in BROKERS if b != leader]
+            data = payloads.encode_partition_state(leader, leader_epoch[path], 2, isr, KAFKA)
+            pending.append(client.set_async(path, data))
+            sent += 1
+        if len(pending) > 5000:
+            for p in pending:
+                p.get(timeout=30)
+            pending = []
+        time.sleep(0.002)
+    for p in pending:
+        p.get(timeout=30)
+    log.info("writer: %d writes (%d leader changes) in %.1f s", sent, elected, time.monotonic() - start)
+    return sent
+
+
+def _slope(samples: list[dict[str, float]], key: str, after: float) -> float | None:
+    """Least-squares MB per minute of ``key`` over the samples from minute ``after`` on."""
+    xs = [s["minute"] for s in samples if s["minute"] >= after]
+    ys = [s[key] for s in samples if s["minute"] >= after]
+    if len(xs) < 2:
+        return None
+    return float(np.polyfit(xs, ys, 1)[0])
+
+
+def _at(samples: list[dict[str, float]], minute: float) -> dict[str, float] | None:
+    """The first sample at or after ``minute``."""
+    return next((s for s in samples if s["minute"] >= minute), None)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from kazoo.client import KazooClient
+
+    from lakehouse import Lake
+    from zkledger.zk_server import EmbeddedZooKeeper
+
+    samples: list[dict[str, float]] = []
+    with scratch(args) as work:
+        zk = EmbeddedZooKeeper(work / "zk").start()
+        client = KazooClient(hosts=zk.hosts, timeout=15)
+        client.start(timeout=15)
+        procs: list[subprocess.Popen[bytes]] = []
+        stop = threading.Event()
+        try:
+            paths = _seed_layout(client, args.partitions)
+            lake_dir = work / "lake"
+            procs.append(_cli(lake_dir, "collect", "txnlog", "--dir", str(zk.data_dir), "--follow",
+                              log_to=work / "collect.log"))
+            monitor = _cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log")
+            procs.append(monitor)
+            start = time.monotonic()
+            sampler = threading.Thread(target=_sampler, args=(monitor.pid, start, args.sample, samples, stop),
+                                       daemon=True)
+            sampler.start()
+            sent = _writer(client, paths, args.rate, args.elections, args.minutes * 60)
+            stop.set()
+            sampler.join()
+            running = monitor.poll() is None
+            lake = Lake(lake_dir, cluster="bench")
+            bronze = lake.row_count("znode_events")
+            events = lake.row_count("metadata_events")
+        finally:
+            stop.set()
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            client.stop()
+            client.close()
+            zk.stop()
+        tails = {n: _log_digest(work / f"{n}.log") for n in ("collect", "monitor")}
+    base, end = _at(samples, args.baseline_minute), (samples[-1] if samples else None)
+    slope = _slope(samples, "total_mb", args.baseline_minute)
+    change = None if not base or not end or not base["total_mb"] else end["total_mb"] / base["total_mb"] - 1
+    summary = [f"{args.rate:,} writes/s ({args.elections:g} leader changes/s) for {args.minutes:g} min over "
+               f"{args.partitions:,} partitions; txnlog collector --follow, monitor trigger 1 s",
+               f"{sent:,} writes, {bronze:,} bronze rows, {events:,} metadata events; monitor "
+               f"{'running' if running else 'EXITED'} at the end",
+               "monitor driver RSS (Python + JVM): " + (
+                   f"{base['total_mb']:.0f} MB at minute {base['minute']:g} (baseline), {end['total_mb']:.0f} MB at "
+                   f"minute {end['minute']:g} ({change:+.1%}); slope {slope:+.2f} MB/min after the baseline"
+                   if base and end and change is not None and slope is not None else "too few samples")]
+    return {"benchmark": NAME, "machine": machine(), "params": vars(args) | {"out": None}, "writes_sent": sent,
+            "bronze_rows": bronze, "metadata_events": events, "monitor_running": running, "samples": samples,
+            "baseline": base, "end": end, "change": change, "slope_mb_per_min": slope,
+            "log_tails": tails if not running else {}, "summary": summary}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--minutes", type=float, default=30.0, help="minutes of steady writes (default 30)")
+    p.add_argument("--rate", type=int, default=2000, help="partition-state writes per second (default 2000)")
+    p.add_argument("--elections", type=float, default=10.0,
+                   help="of those, leader changes (leader_epoch bumps) per second (default 10)")
+    p.add_argument("--partitions", type=int, default=2000, help="partition state znodes (default 2000)")
+    p.add_argument("--sample", type=float, default=30.0, help="seconds between RSS samples (default 30)")
+    p.add_argument("--baseline-minute", type=float, default=2.0,
+                   help="the same run's RSS at this minute is the baseline (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(NAME, parser(), run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
