@@ -91,33 +91,37 @@ def reference(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> dict[str,
     return {t: _table(lake, t) for t in COMPARED}
 
 
-@pytest.mark.parametrize("files_per_batch", [None, 1])
-def test_stateful_fold_equals_the_in_process_engine(spark: Any, tmp_path: Path, reference: dict[str, list[str]],
-                                                    files_per_batch: int | None) -> None:
-    commits = _history()
-    lake = _lake(tmp_path / "lake", commits)
-    q = start_stateful_fold(spark, lake, tmp_path / "ckpt", buckets=4, available_now=True,
-                            max_files_per_trigger=files_per_batch)
+def test_one_micro_batch_equals_the_in_process_engine(spark: Any, tmp_path: Path,
+                                                      reference: dict[str, list[str]]) -> None:
+    lake = _lake(tmp_path / "lake", _history())
+    q = start_stateful_fold(spark, lake, tmp_path / "ckpt", buckets=4, available_now=True)
     q.awaitTermination()
-    batches = [p for p in q.recentProgress if int(p["numInputRows"])]
-    assert len(batches) == (1 if files_per_batch is None else len(commits))
+    assert len([p for p in q.recentProgress if int(p["numInputRows"])]) == 1
     for table in COMPARED:
-        got = _table(lake, table)
-        assert got == reference[table], table
+        assert _table(lake, table) == reference[table], table
     states = {r["state"] for r in lake.read_arrow("partition_state").to_pylist()}
     assert {"OnlinePartition", "OfflinePartition", "NonExistentPartition"} <= states  # the history reached them
     assert len(reference["partition_transitions"]) > 500
 
 
-def test_a_replayed_batch_is_not_written_twice(spark: Any, tmp_path: Path, reference: dict[str, list[str]]) -> None:
-    """The query restarted on the same checkpoint with nothing new writes nothing; run again on new commits it
-    continues from its checkpointed state."""
+def test_micro_batches_and_restarts_equal_the_in_process_engine(spark: Any, tmp_path: Path,
+                                                                 reference: dict[str, list[str]]) -> None:
+    """One micro-batch per bronze commit (``maxFilesPerTrigger=1``); the query restarted on its checkpoint with
+    nothing new writes nothing, and run again on new commits continues from its checkpointed state."""
     commits = _history()
     lake = _lake(tmp_path / "lake", commits[:2])
-    for _ in range(2):
-        start_stateful_fold(spark, lake, tmp_path / "ckpt", buckets=4, available_now=True).awaitTermination()
+    ckpt = tmp_path / "ckpt"
+    first = start_stateful_fold(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
+    first.awaitTermination()
+    assert len([p for p in first.recentProgress if int(p["numInputRows"])]) == 2
+    versions = {t: lake.version(t) for t in COMPARED}
+    again = start_stateful_fold(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
+    again.awaitTermination()
+    assert {t: lake.version(t) for t in COMPARED} == versions  # no batch, no commit
     for i, rows in enumerate(commits[2:], start=3):
         lake.append("znode_events", rows, writer_id="t", batch_seq=i)
-    start_stateful_fold(spark, lake, tmp_path / "ckpt", buckets=4, available_now=True).awaitTermination()
+    last = start_stateful_fold(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
+    last.awaitTermination()
+    assert len([p for p in last.recentProgress if int(p["numInputRows"])]) == len(commits) - 2
     for table in COMPARED:
         assert _table(lake, table) == reference[table], table

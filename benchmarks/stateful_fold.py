@@ -1,0 +1,139 @@
+"""The stateful streaming fold (``engine.stateful``) vs a plain per-partition transformWithStateInPandas, one storm.
+
+    python -m benchmarks.stateful_fold [--partitions 20000] [--buckets 32]
+
+Input: ``benchmarks.storm`` (a legal failover storm, RF 3: the preamble and every partition's first state in one
+bronze commit, then a controller failover and a leader move with an ISR shrink for every partition in the next).
+Measured in the same run, on the SAME lake, each from a fresh checkpoint with ``availableNow``:
+
+1. ``engine.stateful`` with its sink: decode (``mapInArrow``), both state machines per key bucket
+   (``groupBy(cluster, bucket).transformWithStateInPandas``, state in RocksDB), the transitions appended and
+   the state tables MERGEd through Delta's connector in ``foreachBatch``;
+2. the same query with a ``noop`` sink (what the fold costs without the Delta writes);
+3. the baseline: ``benchmarks.streaming_storm.naive_baseline``, one key per (topic, partition), the payload
+   parsed in Spark, one Python fold step per row, ``noop`` sink.
+
+Throughput is bronze events over the query's wall time (session start excluded). The driver's peak RSS is the
+Python driver's (``ru_maxrss``) and, separately, the JVM's high-water mark (in ``local[*]`` that JVM also runs
+the executors' tasks, so it is an upper bound of the driver's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Timer, base_parser, build_session, machine, ratio, run_main, scratch
+
+log = logging.getLogger(__name__)
+
+NAME = "stateful_fold"
+
+
+def _jvm_hwm_mib(spark: Any) -> float | None:
+    """The driver JVM's peak resident set (VmHWM), MiB."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+def _python_peak_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -> dict[str, Any]:
+    """The stateful fold over the whole storm: ``sink`` "delta" (the query's own writes) or "noop"."""
+    from engine.stateful import fold_stream, start_stateful_fold
+    from lakehouse.spark_io import stream_table
+
+    t0 = time.perf_counter()
+    if sink == "delta":
+        q = start_stateful_fold(spark, lake, checkpoint, buckets=buckets, available_now=True)
+    else:
+        q = (fold_stream(stream_table(spark, lake, "znode_events"), buckets).writeStream.format("noop")
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    wall = time.perf_counter() - t0
+    rows = sum(int(p.get("numInputRows", 0)) for p in q.recentProgress)
+    out = {"wall_s": round(wall, 3), "input_rows": rows, "sink": sink, "buckets": buckets,
+           "batches": [{k: p[k] for k in ("batchId", "numInputRows", "durationMs")} for p in q.recentProgress]}
+    if sink == "delta":
+        out["written"] = {t: lake.row_count(t, lake.version(t)) for t in
+                          ("partition_transitions", "replica_transitions", "partition_state", "replica_state")}
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.storm import write_storm
+    from benchmarks.streaming_storm import naive_baseline
+    from lakehouse import Lake
+
+    t = Timer()
+    with scratch(args) as work:
+        lake = Lake(work / "lake", cluster="bench")
+        with t.phase("generate"):
+            events = write_storm(lake, args.partitions)
+        with t.phase("spark_start"):
+            spark = build_session("bench-stateful-fold", args.shuffle_partitions)
+        rss_after_start = _python_peak_mib()
+        with t.phase("stateful_delta"):
+            full = stateful(spark, lake, work / "ckpt-delta", args.buckets, "delta")
+        with t.phase("stateful_noop"):
+            noop = stateful(spark, lake, work / "ckpt-noop", args.buckets, "noop")
+        with t.phase("naive_baseline"):
+            base = naive_baseline(spark, lake, args.partitions, work / "ckpt-naive")
+        jvm_hwm = _jvm_hwm_mib(spark)
+        spark.stop()
+    rates = {name: events / r["wall_s"] for name, r in (("delta", full), ("noop", noop), ("naive", base))}
+    py_peak = _python_peak_mib()
+    summary = [
+        f"storm: {args.partitions:,} partitions (RF 3), {events:,} bronze events, {args.buckets} buckets, "
+        f"shuffle partitions {spark_partitions(args)}",
+        f"stateful fold + Delta writes (transitions appended, state MERGEd): {full['wall_s']:.1f} s = "
+        f"{rates['delta']:,.0f} events/s",
+        f"stateful fold, noop sink: {noop['wall_s']:.1f} s = {rates['noop']:,.0f} events/s",
+        f"naive per-partition transformWithStateInPandas, noop sink: {base['wall_s']:.1f} s = "
+        f"{rates['naive']:,.0f} events/s ({base['input_rows']:,} rows, measured at this size)",
+        f"ratio stateful/naive: {ratio(rates['delta'], rates['naive'])}x with Delta writes, "
+        f"{ratio(rates['noop'], rates['naive'])}x noop vs noop",
+        f"driver peak RSS: Python {py_peak:,.0f} MiB (after session start {rss_after_start:,.0f} MiB); "
+        f"driver JVM (also the local executors) {jvm_hwm:,.0f} MiB" if jvm_hwm is not None else
+        f"driver peak RSS: Python {py_peak:,.0f} MiB",
+    ]
+    return {
+        "benchmark": NAME, "machine": machine(),
+        "params": {"partitions": args.partitions, "replication_factor": 3, "buckets": args.buckets,
+                   "shuffle_partitions": args.shuffle_partitions},
+        "events": events, "wall_s": t.wall, "stateful_delta": full, "stateful_noop": noop, "naive": base,
+        "events_per_s": {k: round(v) for k, v in rates.items()},
+        "stateful_vs_naive": ratio(rates["delta"], rates["naive"]),
+        "stateful_noop_vs_naive": ratio(rates["noop"], rates["naive"]),
+        "driver_python_peak_rss_mib": py_peak, "driver_jvm_peak_rss_mib": jvm_hwm, "summary": summary,
+    }
+
+
+def spark_partitions(args: argparse.Namespace) -> str:
+    return str(args.shuffle_partitions) if args.shuffle_partitions is not None else "default"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--partitions", type=int, default=20_000,
+                   help="partitions in the storm; both queries run on all of them (default 20,000)")
+    p.add_argument("--buckets", type=int, default=32, help="key buckets of the stateful fold (default 32)")
+    p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(NAME, parser(), run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
