@@ -386,6 +386,13 @@ _DELETE_CHAIN: Final[Mapping[ReplicaState, tuple[ReplicaState, ...]]] = {
     R.NON_EXISTENT: (),
 }
 _DELETION_EVENTS: Final = frozenset({T.TOPIC_DELETED, T.PARTITION_STATE_DELETED})
+DELETING_REPLICA_STATES: Final = frozenset({R.DELETION_STARTED, R.DELETION_SUCCESSFUL})
+"""Replica states only a started topic deletion reaches (a failover re-seed or the topic's removal ends them)."""
+
+
+def deletion_pending(replica_states: Iterable[ReplicaState | str]) -> bool:
+    """Whether a partition's topic deletion has started and not finished: one of its replicas is deleting."""
+    return any(s in DELETING_REPLICA_STATES for s in replica_states)
 
 
 class PartitionFold:
@@ -405,6 +412,10 @@ class PartitionFold:
       OfflinePartition. Each ISR member -> OnlineReplica. A replica dropped from the ISR goes OfflineReplica
       when the controller took it out (leader_epoch bumped: writer 2, an election or removeReplicasFromIsr)
       or its broker is gone; a live follower the leader dropped (same leader_epoch) changes no state.
+      While the topic's deletion is pending (``deletion_pending``) a write moves nothing to Online: those are
+      the controller taking each replica offline before deleting it (TopicDeletionManager.onPartitionDeletion:
+      removeReplicasFromIsr writes leader -1 and keeps the last ISR member), no election and no replica
+      coming back.
     * BROKER_DEREGISTERED: the broker's New/Online replica -> OfflineReplica (onBrokerFailure);
       BROKER_REGISTERED: its Offline/DeletionIneligible replica -> OnlineReplica (onBrokerStartup).
     * TOPIC_DELETION_REQUESTED: the partition -> OfflinePartition; replicas on live brokers -> Offline ->
@@ -492,14 +503,15 @@ class PartitionFold:
     @staticmethod
     def _written(run: _Run, view: PartitionView, event: MetadataEvent, live: Container[int]) -> None:
         leader, epoch = event.leader, event.leader_epoch
+        deleting = deletion_pending(view.replica_states.values())
         if leader is not None and leader >= 0:
             isr_only = run.state is P.ONLINE and leader == view.leader and epoch == view.leader_epoch
-            if not isr_only:
+            if not (isr_only or deleting):
                 run.partition(P.ONLINE, Cause.LEADER_ELECTED if view.leader is not None else Cause.STATE_CREATED)
         else:
             run.partition(P.OFFLINE, Cause.NO_LEADER, unless=(P.OFFLINE,))
         isr = event.isr or ()
-        for r in isr:
+        for r in () if deleting else isr:
             if run.replica(r) is not R.ONLINE:
                 run.replica_step(r, R.ONLINE, Cause.IN_ISR)
         by_controller = epoch is not None and view.leader_epoch is not None and epoch > view.leader_epoch

@@ -136,9 +136,15 @@ def detect_leader_not_live(w: pa.Table) -> pa.Table:
 
 
 def detect_offline_partitions(w: pa.Table) -> pa.Table:
-    """A partition going to leader -1 (once per outage, not per write while offline)."""
+    """A partition going to leader -1 (once per outage, not per write while offline).
+
+    Not while its topic's deletion is pending: the controller takes each replica offline before deleting it.
+    """
     was_online = pc.or_kleene(pc.is_null(w["prev_leader"]), pc.not_equal(w["prev_leader"], -1))
-    return shape(w, pc.and_kleene(pc.equal(w["leader"], -1), was_online), K.OFFLINE_PARTITION, WRITE_DETAILS)
+    offline = pc.and_kleene(pc.equal(w["leader"], -1), was_online)
+    if "deletion_pending" in w.column_names:
+        offline = pc.and_kleene(offline, pc.invert(pc.fill_null(w["deletion_pending"], False)))
+    return shape(w, offline, K.OFFLINE_PARTITION, WRITE_DETAILS)
 
 
 def detect_unclean_elections(w: pa.Table) -> pa.Table:

@@ -19,7 +19,7 @@ FOLD_OUT = T.StructType([
     T.StructField("as_of_zxid", T.LongType()), T.StructField("prev_leader", T.IntegerType()),
     T.StructField("prev_leader_epoch", T.IntegerType()), T.StructField("prev_isr", T.ArrayType(T.IntegerType())),
     T.StructField("prev_controller_epoch", T.IntegerType()), T.StructField("cur_controller_epoch", T.IntegerType()),
-    T.StructField("leader_live", T.BooleanType()),
+    T.StructField("leader_live", T.BooleanType()), T.StructField("deletion_pending", T.BooleanType()),
 ])
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from models.events import MetadataEvent, MetadataEventType
-from models.fold import PartitionFold, PartitionView
+from models.fold import PartitionFold, PartitionView, deletion_pending
 from models.ids import step_id
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
 
@@ -175,6 +175,7 @@ class BucketFolder:
             "replicas": v.replicas, "prev_leader": v.leader, "prev_leader_epoch": v.leader_epoch,
             "prev_isr": v.isr, "prev_controller_epoch": v.controller_epoch,
             "cur_controller_epoch": self.ctx.controller_epoch_at(row["zxid"]), "leader_live": live,
+            "deletion_pending": deletion_pending(v.replica_states.values()),
         }
 
     def _finals(self, v: KeyView) -> Iterator[dict[str, Any]]:

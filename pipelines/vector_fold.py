@@ -11,8 +11,9 @@ with a ``rec`` discriminator) and the same rules, but without a Python call per 
 * the replica machine runs the same scan over rows exploded per (partition, replica): seeds, assignments, ISR
   entries and removals, a broker (de)registration's replica, a re-seed's constant per assigned replica.
 * keys with a deletion (request) or a reassignment that drops a replica in the increment (rare: their deletion
-  flow takes several steps per replica) go through ``BucketFolder`` row by row; ``tests/unit/test_vector_fold.py``
-  checks both agree on random histories.
+  flow takes several steps per replica), or whose carried replicas are deleting (``models.fold.deletion_pending``:
+  a write then moves nothing to Online), go through ``BucketFolder`` row by row;
+  ``tests/unit/test_vector_fold.py`` checks both agree on random histories.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from models.fold import (
+    DELETING_REPLICA_STATES,
     PARTITION_CODES,
     PARTITION_STATES_BY_CODE,
     REPLICA_CODES,
@@ -226,6 +228,7 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
     key = np.cumsum(boundary) - 1
     slow_row = pc.is_in(rows["type"], pa.array(SLOW_TYPES)).to_numpy(zero_copy_only=False)
     slow_row |= _reassignments(rows, boundary)
+    slow_row |= _deleting_seeds(rows)
     slow_key = np.zeros(key[-1] + 1, bool)
     slow_key[key[slow_row]] = True
     if slow_key.any():
@@ -243,6 +246,19 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
                                     offline_after_reseed).run().items():
             parts[rec].append(table)
     return {rec: pa.concat_tables(tables) if len(tables) != 1 else tables[0] for rec, tables in parts.items()}
+
+
+def _deleting_seeds(rows: pa.Table) -> BoolArray:
+    """Seed rows that carry a deleting replica (the key's topic deletion is pending)."""
+    seeds = pc.equal(rows["type"], SEED)
+    states = pc.fill_null(rows["seed_replica_states"], pa.scalar([], rows.schema.field("seed_replica_states").type))
+    deleting = pa.array(sorted(str(s) for s in DELETING_REPLICA_STATES), pa.string())
+    parents = pc.list_parent_indices(states)
+    hit = pc.is_in(pc.list_flatten(states), value_set=deleting).to_numpy(zero_copy_only=False)
+    out = np.zeros(rows.num_rows, bool)
+    out[parents.to_numpy(zero_copy_only=False)[hit]] = True
+    out &= pc.fill_null(seeds, False).to_numpy(zero_copy_only=False)
+    return out
 
 
 def _reassignments(rows: pa.Table, boundary: BoolArray) -> BoolArray:
@@ -539,6 +555,7 @@ class _FastFold:
             "prev_isr": _take(rows["isr"], before), "prev_controller_epoch": _take(rows["controller_epoch"], before),
             "cur_controller_epoch": self._controller_epoch_at(self.zxid[w]),
             "leader_live": self._leader_live(leader, self.zxid[w]),
+            "deletion_pending": pa.repeat(pa.scalar(False), len(w)),  # deleting keys take the row fold
         }
         return self._table(cols, len(w))
 
