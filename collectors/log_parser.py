@@ -427,7 +427,7 @@ _SENDING_PER_PARTITION = re.compile(
 )
 _SENDING_SUMMARY = re.compile(
     r"^Sending (?:LeaderAndIsr request to broker \d+ with \d+ become-leader and \d+ become-follower partitions"
-    r"|UpdateMetadata request to brokers Set\([\d, ]*\) for \d+ partitions"
+    r"|UpdateMetadata request to brokers \w*Set\([\d, ]*\) for \d+ partitions"
     r"|StopReplica request (?:\(delete = (?:true|false)\) )?for \d+ replicas to broker \d+"
     r"|StopReplica request \(delete = (?:true|false)\) to broker \d+ for \d+ replicas)$"
 )
@@ -814,12 +814,16 @@ _CATALOGUE: tuple[_Entry, ...] = (
        r"|Processing automatic preferred replica leader election|[Cc]hecking need to trigger (?:auto leader "
        r"balancing|partition rebalance)|[Ll]eader imbalance ratio for broker \d+ is .*|Topics not in preferred "
        r"replica.*|Unclean leader election has been enabled (?:by default|for topic \S+)|Retrying leader election "
-       r"with strategy .* for partitions .*|starting the partition rebalance scheduler)$", scan=True),
+       r"with strategy .* for partitions .*|starting the partition rebalance scheduler|Waiting for any successful "
+       r"result for election type \(\w+\) by \w+ for partitions: .*)$", scan=True),
     # controller-side ISR changes on behalf of the brokers (AlterIsr/AlterPartition, ≤1.0 removal)
     _e(T.ISR_UPDATE_BY_CONTROLLER, K.OTHER,
        r"^(?:Cannot remove replica (?P<replica>\d+) from ISR of .*|Failed to update ISR (?:to \S+ )?for partition \S+"
        r"(?:, bad ZK version\.)?|(?:Ignoring|Rejecting) (?:AlterIsr|AlterPartition)\b.*"
        r"|Error when processing (?:AlterIsr|AlterPartition)\b.*)$", scan=True),
+    # the controller reading the leaders' ISR change notifications into its cache (2.x-3.x DEBUG)
+    _e(T.ISR_CHANGE_NOTIFICATION, K.OTHER, r"^Updating ISRs for partitions: \w*Set\(.*\)\.?$"),
+    _e(T.ISR_CHANGE_NOTIFICATION, K.OTHER, rf"^ISR for partition {_TP} updated to (?P<state>LeaderAndIsr\(.*\))\.?$"),
     # reassignment, topics, deletion
     _e(T.REASSIGNMENT_REQUEST, K.OTHER,
        rf"^{_CTRL}[Ss]ent LeaderAndIsr request (?P<state>.+?) with +new (?:assigned replica +list|replica assignment) "
@@ -837,7 +841,9 @@ _CATALOGUE: tuple[_Entry, ...] = (
        r"|Partition \S+ to be reassigned is already assigned to replicas .*|Ignoring request to reassign partition .*"
        r"|Partitions (?:being|already) reassigned: .*|Resuming reassignment of partitions: .*|No more partitions need "
        r"to be reassigned\. Deleting zk path .*|Updated partition reassignment path with .*|Error while handling "
-       r"partition reassignment|Failed reassignment through zk with the following errors: .*)$", scan=True),
+       r"partition reassignment|Failed reassignment through zk with the following errors: .*|Updating assignment of "
+       r"partition \S+ from ReplicaAssignment\(.*\) to ReplicaAssignment\(.*\)|Updating leader epoch for partition \S+)$",
+       scan=True),
     _e(T.TOPIC_CHANGE, K.OTHER,
        r"^(?:New topics: \[.*\], deleted topics: \[.*\], new partition replica assignment +\[.*\]|New (?:topic|partition) "
        r"creation callback for .*|New partitions to be added .*|Add Partition triggered .*|Partition modification "
@@ -848,7 +854,10 @@ _CATALOGUE: tuple[_Entry, ...] = (
        r"^(?:List of topics (?:to be deleted|ineligible for deletion): .*|Starting topic deletion for topics .*"
        r"|Ignoring request to delete non-existing topics .*|Removing .* since delete topic is disabled|Initializing "
        r"manager with initial deletions: .*|Halted deletion of topics .*|Handling deletion for topics .*|Deletion of "
-       r"topic \S+ (?:successfully completed|\(re\)started)|Some replicas .* for topics scheduled for deletion .*)$"),
+       r"topic \S+ (?:successfully completed|\(re\)started)|Some replicas .* for topics scheduled for deletion .*"
+       r"|Delete topics listener fired for topics .* to be deleted|Delete topic callback invoked on StopReplica "
+       r"response received from broker \d+: .*|Deletion successfully completed for replicas .*|Dead Replicas \(.*\) "
+       r"found for topic \S+|Retrying deletion of topics .* since replicas .* were not successfully deleted)$"),
     _e(T.MARK_REPLICAS_OFFLINE, K.OTHER, r"^Mark replicas (?P<replicas>.*) on broker (?P<broker>\d+) as offline$"),
     _e(T.STATE_MACHINE_STEP, K.OTHER,
        r"^(?:Invoking state change to \w+ for (?:partitions|replicas) ?.*|Initializing (?:partition|replica) state"
@@ -869,10 +878,14 @@ _CATALOGUE: tuple[_Entry, ...] = (
        r"controller movement|(?:Uncaught error|Error) processing event .*|Ignoring registration of .*|Ignoring "
        r"AllocateProducerIds .*|Processing of feature updates: .*|Received a ShutdownEventThread event.*|Failed to "
        r"parse the controller info as json.*|Starting|Stopped|Shutting down|Shutdown completed|Shut down(?: "
-       r"completely)?)\s*$"),
+       r"completely)?|Broker \d+ has been elected as the controller, so stopping the election process\.|Broker \d+ "
+       r"was elected as controller instead of broker \d+|(?:Register|Unregister) BrokerModifications handler for .*"
+       r"|All shutting down brokers: .*|Live brokers: .*|Read current producerId block .*|Acquired new producerId "
+       r"block .*|There is no producerId block yet .*)\s*$"),
     _e(T.CHANNEL_STEP, K.OTHER,
        r"^(?:Controller \d+ (?:connected to .* for sending state change requests|trying to connect to broker \d+"
-       r"|(?:epoch \d+ )?fails to send (?:a )?request.*|'s connection to broker .* was unsuccessful)|Node -?\d+ "
+       r"|(?:epoch \d+ )?fails to send (?:a )?request.*)|Controller \d+'s connection to broker .* was unsuccessful"
+       r"|shutdownInitiated latch count reached zero\. Shutdown called\.|Node -?\d+ "
        r"disconnected\.|Not sending request .*|Leader not yet assigned for partition \S+\. Skip sending "
        r"UpdateMetadataRequest\.|Haven't been able to send .*|Error while removing broker by the controller)$"),
     # controller -> broker requests, ≤0.11 wordings and per-replica StopReplica

@@ -113,6 +113,48 @@ CASES: list[tuple[str, str, str, LogTemplate, K, dict[str, Any]]] = [
      "localhost:9093 (id: 2 rack: null) for sending state change requests", T.CHANNEL_STEP, K.OTHER, {}),
     ("3.9", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1] Deletion of topic t successfully "
      "completed", T.TOPIC_DELETION_STEP, K.OTHER, {"controller_id": 1}),
+    # real 3.9.1 / 2.8.2 brokers (kafkalab): DEBUG lines of controller.log and the Scala 2.13 set spelling
+    ("3.9", STATE, "[Controller id=1 epoch=3] Sending UpdateMetadata request to brokers HashSet(1, 2, 3) for 4 "
+     "partitions", T.REQUEST_SENT_SUMMARY, K.REQUEST_SENT, {"controller_id": 1, "controller_epoch": 3}),
+    ("3.9", CTRL, "[Controller id=1] Updating ISRs for partitions: Set(rf3-1, rf3-2).", T.ISR_CHANGE_NOTIFICATION,
+     K.OTHER, {"controller_id": 1}),
+    ("3.9", CTRL, "[Controller id=1] ISR for partition rf3-0 updated to LeaderAndIsr(leader=1, leaderEpoch=4, "
+     "isrWithBrokerEpoch=List(BrokerState(brokerId=1, brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=-1)), "
+     "leaderRecoveryState=RECOVERED, partitionEpoch=7).", T.ISR_CHANGE_NOTIFICATION, K.OTHER,
+     {"topic": "rf3", "partition": 0, "leader": 1, "leader_epoch": 4, "isr": [1, 3]}),
+    ("3.9", CTRL, "[Controller id=3] Updating assignment of partition moving-0 from ReplicaAssignment(replicas=1,2, "
+     "addingReplicas=, removingReplicas=) to ReplicaAssignment(replicas=2,3,1, addingReplicas=3, removingReplicas=1)",
+     T.REASSIGNMENT_STEP, K.OTHER, {"topic": "moving", "partition": 0}),
+    ("3.9", CTRL, "[Controller id=3] Updating leader epoch for partition moving-0", T.REASSIGNMENT_STEP, K.OTHER,
+     {"topic": "moving", "partition": 0}),
+    ("3.9", CTRL, "[Controller id=3] Waiting for any successful result for election type (PREFERRED) by "
+     "AdminClientTriggered for partitions: Map(rf3-1 -> Right(1))", T.LEADER_ELECTION_STEP, K.OTHER, {}),
+    ("3.9", CTRL, "[Controller id=1] Delete topics listener fired for topics unclean,rf1 to be deleted",
+     T.TOPIC_DELETION_STEP, K.OTHER, {"controller_id": 1}),
+    ("3.9", CTRL, "[Controller id=1] Delete topic callback invoked on StopReplica response received from broker 3: "
+     "request error = NONE, partition errors = Map(unclean-0 -> NONE)", T.TOPIC_DELETION_STEP, K.OTHER, {}),
+    ("3.9", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1] Deletion successfully completed for "
+     "replicas [Topic=doomed,Partition=1,Replica=3],[Topic=doomed,Partition=0,Replica=3]", T.TOPIC_DELETION_STEP,
+     K.OTHER, {}),
+    ("3.9", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1] Dead Replicas ([Topic=doomed,"
+     "Partition=1,Replica=2],[Topic=doomed,Partition=0,Replica=2]) found for topic doomed", T.TOPIC_DELETION_STEP,
+     K.OTHER, {}),
+    ("3.9", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1] Retrying deletion of topics doomed "
+     "since replicas [Topic=doomed,Partition=0,Replica=2] were not successfully deleted", T.TOPIC_DELETION_STEP,
+     K.OTHER, {}),
+    ("3.9", CTRL, "[Controller id=1] Broker 3 has been elected as the controller, so stopping the election process.",
+     T.CONTROLLER_LIFECYCLE, K.OTHER, {}),
+    ("3.9", CTRL, "[Controller id=1] Broker 2 was elected as controller instead of broker 1", T.CONTROLLER_LIFECYCLE,
+     K.OTHER, {}),
+    ("3.9", CTRL, "[Controller id=1] Unregister BrokerModifications handler for Set(1, 2, 3)", T.CONTROLLER_LIFECYCLE,
+     K.OTHER, {}),
+    ("3.9", CTRL, "[Controller id=1] Live brokers: 1,2", T.CONTROLLER_LIFECYCLE, K.OTHER, {}),
+    ("3.9", CTRL, "[Controller id=1] Acquired new producerId block ProducerIdsBlock(assignedBrokerId=2, "
+     "firstProducerId=2000, size=1000) by writing to Zk with path version 3", T.CONTROLLER_LIFECYCLE, K.OTHER, {}),
+    ("3.9", "kafka.controller.RequestSendThread", "[RequestSendThread controllerId=1] Controller 1's connection to "
+     "broker 127.0.0.1:58229 (id: 3 rack: null) was unsuccessful", T.CHANNEL_STEP, K.OTHER, {}),
+    ("3.9", "kafka.controller.RequestSendThread", "[RequestSendThread controllerId=1] shutdownInitiated latch count "
+     "reached zero. Shutdown called.", T.CHANNEL_STEP, K.OTHER, {}),
 ]
 
 
