@@ -33,6 +33,7 @@ from models.tables import (
     REPLICA_TRANSITIONS,
 )
 from pipelines import detectors as D
+from pipelines.bucket_fold import merged_state, touched_seeds
 from pipelines.controller import (
     DEFAULT_NO_CONTROLLER_THRESHOLD,
     GLOBAL_TYPES,
@@ -42,10 +43,9 @@ from pipelines.controller import (
     zk_split_brain,
 )
 from pipelines.decode import decode_table, decoded_znode_events, split_decoded
-from pipelines.fanout import fanned_events, fanout_rows, touched_by_fanout
-from pipelines.keyed_fold import _key_codes, fold_local, fold_spark
+from pipelines.fanout import fanout_rows
+from pipelines.keyed_fold import fold_local, fold_spark
 from pipelines.schemas import schema
-from pipelines.state_machines import PARTITION_TYPES, GlobalContext
 from pipelines.vector_fold import FOLD_RECORDS
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     history = [e for e in carried.global_events if e["event_id"] not in increment_ids]
     timeline = replay(cluster, history + global_rows, no_controller_threshold)
 
-    seeds = _touched_state(carried, meta_t, timeline.ctx)
+    seeds = touched_seeds(carried.partition_state, carried.replica_state, meta_t, timeline.ctx)
     fanned = fanout_rows(meta_t, seeds[0], timeline.ctx)
     if meta is None:
         fold = fold_local(meta_t, fanned, seeds, timeline.ctx, kafka_version)
@@ -165,8 +165,8 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     pt_t = fold["pt"].select(list(PARTITION_TRANSITIONS.column_names))
     rt_t = fold["rt"].select(list(REPLICA_TRANSITIONS.column_names))
     writes_t = fold["w"]
-    ps_t = _merge_state(carried.partition_state, fold["ps"].select(list(PARTITION_STATE.column_names)))
-    rs_t = _merge_state(carried.replica_state, fold["rs"].select(list(REPLICA_STATE.column_names)))
+    ps_t = merged_state(carried.partition_state, fold["ps"].select(list(PARTITION_STATE.column_names)))
+    rs_t = merged_state(carried.replica_state, fold["rs"].select(list(REPLICA_STATE.column_names)))
 
     dec_t = decisions if isinstance(decisions, pa.Table) else decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
     log_terms_t = merge_log_terms(carried.log_terms, dec_t, cluster) if dec_t.num_rows or not carried.empty \
@@ -234,28 +234,6 @@ def _arrow_of(rows: list[dict[str, Any]], table: str) -> pa.Table:
 def _global_rows(meta: pa.Table) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
     return rows
-
-
-def _merge_state(carried: pa.Table, new: pa.Table) -> pa.Table:
-    """Carried state rows of untouched keys + the fold's new rows for touched keys (on the driver)."""
-    if carried.num_rows == 0:
-        return new
-    carried_keys, new_keys = _key_codes(carried, new)
-    kept = carried.filter(pc.invert(pc.is_in(carried_keys, pc.unique(new_keys))))
-    target = carried.schema
-    return pa.concat_tables([kept.select(target.names).cast(target), new.select(target.names).cast(target)])
-
-
-def _touched_state(carried: Carried, meta_t: pa.Table, ctx: GlobalContext) -> tuple[pa.Table, pa.Table]:
-    """The carried partition and replica state of the keys this increment touches: its own partitions and those
-    its topic deletions, broker (de)registrations and elections reach (``pipelines.fanout``)."""
-    ps, rs = carried.partition_state, carried.replica_state
-    if ps.num_rows == 0 and rs.num_rows == 0:
-        return ps, rs
-    keyed = meta_t.filter(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)))
-    keyed_keys, ps_keys, rs_keys = _key_codes(keyed.filter(pc.is_valid(keyed["partition"])), ps, rs)
-    touched = pc.or_(pc.is_in(ps_keys, pc.unique(keyed_keys)), touched_by_fanout(fanned_events(meta_t), ps, ctx))
-    return ps.filter(touched), rs.filter(pc.is_in(rs_keys, pc.unique(ps_keys.filter(touched))))
 
 
 def _dedupe(tbl: pa.Table) -> pa.Table:
