@@ -821,9 +821,11 @@ _CATALOGUE: tuple[_Entry, ...] = (
        r"^(?:Cannot remove replica (?P<replica>\d+) from ISR of .*|Failed to update ISR (?:to \S+ )?for partition \S+"
        r"(?:, bad ZK version\.)?|(?:Ignoring|Rejecting) (?:AlterIsr|AlterPartition)\b.*"
        r"|Error when processing (?:AlterIsr|AlterPartition)\b.*)$", scan=True),
-    # the controller reading the leaders' ISR change notifications into its cache (2.x-3.x DEBUG)
-    _e(T.ISR_CHANGE_NOTIFICATION, K.OTHER, r"^Updating ISRs for partitions: \w*Set\(.*\)\.?$"),
-    _e(T.ISR_CHANGE_NOTIFICATION, K.OTHER, rf"^ISR for partition {_TP} updated to (?P<state>LeaderAndIsr\(.*\))\.?$"),
+    # the controller writing a leader's AlterIsr (2.7+) / AlterPartition (3.2+) request to ZooKeeper (DEBUG)
+    _e(T.ISR_UPDATE_BY_CONTROLLER, K.OTHER, r"^Updating ISRs for partitions: \w*Set\(.*\)\.?$"),
+    _e(T.ISR_UPDATE_BY_CONTROLLER, K.OTHER,
+       rf"^ISR for partition {_TP} updated to (?:(?P<state>LeaderAndIsr\(.*\))|\[(?P<isr>[\d,]*)\] and zkVersion "
+       r"updated to \[(?P<zkv>-?\d+)\])\.?$"),
     # reassignment, topics, deletion
     _e(T.REASSIGNMENT_REQUEST, K.OTHER,
        rf"^{_CTRL}[Ss]ent LeaderAndIsr request (?P<state>.+?) with +new (?:assigned replica +list|replica assignment) "

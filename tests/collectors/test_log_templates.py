@@ -116,12 +116,14 @@ CASES: list[tuple[str, str, str, LogTemplate, K, dict[str, Any]]] = [
     # real 3.9.1 / 2.8.2 brokers (kafkalab): DEBUG lines of controller.log and the Scala 2.13 set spelling
     ("3.9", STATE, "[Controller id=1 epoch=3] Sending UpdateMetadata request to brokers HashSet(1, 2, 3) for 4 "
      "partitions", T.REQUEST_SENT_SUMMARY, K.REQUEST_SENT, {"controller_id": 1, "controller_epoch": 3}),
-    ("3.9", CTRL, "[Controller id=1] Updating ISRs for partitions: Set(rf3-1, rf3-2).", T.ISR_CHANGE_NOTIFICATION,
+    ("3.9", CTRL, "[Controller id=1] Updating ISRs for partitions: Set(rf3-1, rf3-2).", T.ISR_UPDATE_BY_CONTROLLER,
      K.OTHER, {"controller_id": 1}),
     ("3.9", CTRL, "[Controller id=1] ISR for partition rf3-0 updated to LeaderAndIsr(leader=1, leaderEpoch=4, "
      "isrWithBrokerEpoch=List(BrokerState(brokerId=1, brokerEpoch=-1), BrokerState(brokerId=3, brokerEpoch=-1)), "
-     "leaderRecoveryState=RECOVERED, partitionEpoch=7).", T.ISR_CHANGE_NOTIFICATION, K.OTHER,
+     "leaderRecoveryState=RECOVERED, partitionEpoch=7).", T.ISR_UPDATE_BY_CONTROLLER, K.OTHER,
      {"topic": "rf3", "partition": 0, "leader": 1, "leader_epoch": 4, "isr": [1, 3]}),
+    ("2.8", CTRL, "[Controller id=1] ISR for partition rf3-2 updated to [1,3,2] and zkVersion updated to [7]",
+     T.ISR_UPDATE_BY_CONTROLLER, K.OTHER, {"topic": "rf3", "partition": 2, "isr": [1, 3, 2], "zk_version": 7}),
     ("3.9", CTRL, "[Controller id=3] Updating assignment of partition moving-0 from ReplicaAssignment(replicas=1,2, "
      "addingReplicas=, removingReplicas=) to ReplicaAssignment(replicas=2,3,1, addingReplicas=3, removingReplicas=1)",
      T.REASSIGNMENT_STEP, K.OTHER, {"topic": "moving", "partition": 0}),
