@@ -75,15 +75,14 @@ def stream_table(
     *,
     after_version: int | None = None,
     max_files_per_trigger: int | None = None,
-    max_bytes_per_trigger: str | None = None,
 ) -> DataFrame:
     """Delta's streaming source over an append-only table: each committed row once, in commit order.
 
     ``after_version``: a new query starts with the version after it (the versions up to it were processed
     elsewhere, e.g. by a rebuild: Delta's ``startingVersion``); without it the first batch is the table as of
     the query's start. A checkpoint's offsets
-    win over both, as in Spark. ``max_files_per_trigger`` / ``max_bytes_per_trigger`` cap one micro-batch
-    (admission control; Delta's default is 1,000 files). Compaction commits (``dataChange=false``) are
+    win over both, as in Spark. ``max_files_per_trigger`` caps one micro-batch (admission control; Delta's
+    default is 1,000 files). Compaction commits (``dataChange=false``) are
     skipped; a commit that deletes or rewrites rows stops the query (bronze tables are append-only).
     """
     lake.ensure(table)
@@ -92,8 +91,6 @@ def stream_table(
         reader = reader.option("startingVersion", str(after_version + 1))
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-    if max_bytes_per_trigger is not None:
-        reader = reader.option("maxBytesPerTrigger", max_bytes_per_trigger)
     return reader.load(lake.table_path(table))
 
 
