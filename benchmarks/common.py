@@ -11,6 +11,8 @@ import logging
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,3 +130,14 @@ def build_session(app: str, shuffle_partitions: int | None = None) -> Any:
     if shuffle_partitions is not None:
         overrides["spark.shuffle_partitions"] = shuffle_partitions
     return build_spark(load_settings(overrides=overrides), app_name=app)
+
+
+def stop_processes(procs: list[subprocess.Popen[Any]], timeout_s: float = 60) -> None:
+    """SIGTERM every process, then wait for each (SIGKILL one that does not stop within ``timeout_s``)."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()

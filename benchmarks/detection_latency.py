@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import base_parser, machine, run_main, scratch
+from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
 
 log = logging.getLogger(__name__)
 
@@ -178,13 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             collected = {"bronze_rows": bronze.num_rows, "zombies_in_bronze": len(in_bronze),
                          "missed_versions": int(sum(v for v in bronze.column("missed_versions").to_pylist() if v))}
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_processes(procs)
             client.stop()
             client.close()
             zk.stop()

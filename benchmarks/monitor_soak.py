@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import subprocess
 import threading
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import base_parser, machine, run_main, scratch
+from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
 from benchmarks.detection_latency import BROKERS, KAFKA, _cli, _log_digest, _seed_layout
 
 log = logging.getLogger(__name__)
@@ -143,13 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             events = lake.row_count("metadata_events")
         finally:
             stop.set()
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_processes(procs)
             client.stop()
             client.close()
             zk.stop()
