@@ -21,7 +21,7 @@ import logging
 import os
 import shutil
 import statistics
-from typing import Any
+from typing import Any, Literal
 
 from benchmarks.common import (
     Timer,
@@ -77,6 +77,8 @@ def io_floor(lake: Any, floor_lake: Any, outputs: dict[str, Any], chunk_rows: in
     Returns the bronze rows read."""
     from concurrent.futures import ThreadPoolExecutor
 
+    import pyarrow as pa
+
     from engine.chunks import ZnodeChunks, zxid_chunks
     from engine.increment import APPEND_TABLES, STATE_TABLES
     from lakehouse.spark_io import write_batch
@@ -89,7 +91,9 @@ def io_floor(lake: Any, floor_lake: Any, outputs: dict[str, Any], chunk_rows: in
     with ThreadPoolExecutor(max_workers=1) as reader, ThreadPoolExecutor(max_workers=len(outputs)) as writers:
         reading = reader.submit(chunks.read, ranges[0])
         for i in range(n):
-            rows += reading.result().num_rows
+            chunk = reading.result()
+            assert isinstance(chunk, pa.Table)  # local_max_rows above: every chunk is read locally, into Arrow
+            rows += chunk.num_rows
             if i + 1 < n:
                 reading = reader.submit(chunks.read, ranges[i + 1])
 
@@ -102,7 +106,7 @@ def io_floor(lake: Any, floor_lake: Any, outputs: dict[str, Any], chunk_rows: in
                     step = -(-data.num_rows // n)
                     data = data.slice(i * step, step)
                 floor_lake.ensure(table)
-                mode = "append" if table in APPEND_TABLES and i else "overwrite"
+                mode: Literal["append", "overwrite"] = "append" if table in APPEND_TABLES and i else "overwrite"
                 write_batch(data, floor_lake, table, "io-floor", i + 1, mode=mode)
 
             list(writers.map(write, outputs))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Final, TypeVar
 
 
 class PartitionState(StrEnum):
@@ -91,7 +91,10 @@ def replica_valid_previous(kafka_version: str = DEFAULT_KAFKA_VERSION) -> Mappin
     return REPLICA_VALID_PREVIOUS_FROM_2_3
 
 
-def legal_pairs(table: Mapping[StrEnum, frozenset[StrEnum]]) -> frozenset[tuple[str, str]]:
+_S = TypeVar("_S", bound=StrEnum)
+
+
+def legal_pairs(table: Mapping[_S, frozenset[_S]]) -> frozenset[tuple[str, str]]:
     """All (from_state, to_state) pairs a table allows, as plain strings."""
     return frozenset((str(prev), str(target)) for target, prevs in table.items() for prev in prevs)
 

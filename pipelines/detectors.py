@@ -196,8 +196,8 @@ def detect_stale_zk_version_isr_updates(d: pa.Table) -> pa.Table:
 
 def detect_illegal_logged_transitions(d: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
     """Logged transitions checked against the version-aware tables, plus logged invalid-transition errors."""
-    p_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(partition_valid_previous(kafka_version))))  # type: ignore[arg-type]
-    r_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(replica_valid_previous(kafka_version))))  # type: ignore[arg-type]
+    p_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(partition_valid_previous(kafka_version))))
+    r_ok = pa.array(sorted(f"{a}>{b}" for a, b in legal_pairs(replica_valid_previous(kafka_version))))
     pair = pc.binary_join_element_wise(d["from_state"], d["to_state"], ">")  # null when from_state is null
 
     def logged(kind: DecisionKind, ok: pa.Array) -> pa.Array:

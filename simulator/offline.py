@@ -64,7 +64,8 @@ def replication_factor(brokers: int) -> int:
 
 def state_zxids(idx: np.ndarray, failover_every: int = FAILOVER_EVERY) -> np.ndarray:
     """zxid of the idx-th state event: contiguous, leaving FAILOVER_ROWS zxids before each failover's first event."""
-    return ZXID_BASE + idx + FAILOVER_ROWS * (idx // failover_every)
+    zxids: np.ndarray = ZXID_BASE + idx + FAILOVER_ROWS * (idx // failover_every)
+    return zxids
 
 
 @lru_cache(maxsize=4)

@@ -40,6 +40,7 @@ from models.tables import ALL_TABLES
 from zkledger.errors import UserError
 
 if TYPE_CHECKING:
+    from great_expectations.expectations import Expectation as GxExpectation
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from lakehouse import Lake
@@ -210,28 +211,29 @@ def add_derived(
 
 
 # ---------------------------------------------------------------------------------------------- GX glue
-def _gx_expectation(e: mq.Expectation) -> Any:
+def _gx_expectation(e: mq.Expectation) -> GxExpectation:
     import great_expectations.expectations as gxe
 
     meta = {"zkledger": e.name}
+    column = e.column or ""  # read only by the single-column checks, which always name one
     match e.check:
         case mq.Check.COLUMNS_PRESENT:
             return gxe.ExpectTableColumnsToMatchSet(column_set=list(e.columns), exact_match=False, meta=meta)
         case mq.Check.COLUMN_TYPE:
             type_ = SPARK_TYPE_NAMES[e.type_name or ""]
-            return gxe.ExpectColumnValuesToBeOfType(column=e.column, type_=type_, meta=meta)
+            return gxe.ExpectColumnValuesToBeOfType(column=column, type_=type_, meta=meta)
         case mq.Check.NOT_NULL:
-            return gxe.ExpectColumnValuesToNotBeNull(column=e.column, meta=meta)
+            return gxe.ExpectColumnValuesToNotBeNull(column=column, meta=meta)
         case mq.Check.UNIQUE:
-            return gxe.ExpectColumnValuesToBeUnique(column=e.column, meta=meta)
+            return gxe.ExpectColumnValuesToBeUnique(column=column, meta=meta)
         case mq.Check.COMPOUND_UNIQUE:
             return gxe.ExpectCompoundColumnsToBeUnique(column_list=list(e.columns), meta=meta)
         case mq.Check.IN_SET:
-            return gxe.ExpectColumnValuesToBeInSet(column=e.column, value_set=list(e.values), meta=meta)
+            return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=list(e.values), meta=meta)
         case mq.Check.MIN_VALUE:
-            return gxe.ExpectColumnValuesToBeBetween(column=e.column, min_value=e.min_value, meta=meta)
+            return gxe.ExpectColumnValuesToBeBetween(column=column, min_value=e.min_value, meta=meta)
         case mq.Check.ALL_TRUE:
-            return gxe.ExpectColumnValuesToBeInSet(column=e.column, value_set=[True], meta=meta)
+            return gxe.ExpectColumnValuesToBeInSet(column=column, value_set=[True], meta=meta)
     raise ValueError(f"unknown check {e.check}")
 
 
@@ -313,7 +315,8 @@ class _Validator:
         run = checkpoint.run(batch_parameters={"dataframe": batch})
         for vr in run.run_results.values():
             for r in vr.results:
-                key = str((r.expectation_config.meta or {}).get("zkledger"))
+                config = r.expectation_config
+                key = str(((config.meta if config else None) or {}).get("zkledger"))
                 e = by_name[key]
                 results.append(
                     ExpectationResult(suite.table, e.name, e.column, bool(r.success), _observed(r.result, r.exception_info))

@@ -187,7 +187,7 @@ def test_matrix_equals_apply_on_all_pairs(version: str) -> None:
         assert rl[REPLICA_CODES[s]][REPLICA_CODES[t]] is (step.violation is None)
     # the matrix has exactly the table's legal pairs
     n_legal = sum(map(sum, rl))
-    assert n_legal == len(legal_pairs(replica_valid_previous(version)))  # type: ignore[arg-type]
+    assert n_legal == len(legal_pairs(replica_valid_previous(version)))
 
 
 def test_matrix_kind_is_checked() -> None:
