@@ -393,6 +393,8 @@ def _decode_broker(ctx: _Ctx) -> list[MetadataEvent]:
     op = ctx.change.op
     if op is ZnodeOp.DELETE:
         return [ctx.event(T.BROKER_DEREGISTERED)]
+    if op is ZnodeOp.CREATE and not ctx.change.data and _checked_ephemeral(ctx):
+        return []  # the empty create of a 2.2+ registration: its data comes with the set in the same multi
     f = _validate(PathKind.BROKER, _json_object(ctx.change.data))
     detail: dict[str, object] = {"payload_version": f["version"]}
     for key in (
@@ -411,8 +413,16 @@ def _decode_broker(ctx: _Ctx) -> list[MetadataEvent]:
     # KIP-380 (2.2+): the registration znode's czxid is the broker epoch
     if ctx.change.czxid is not None and (ctx.kafka_version is None or ctx.kafka_version >= (2, 2)):
         detail["broker_epoch"] = ctx.change.czxid
-    type_ = T.BROKER_UPDATED if op is ZnodeOp.SET else T.BROKER_REGISTERED
+    # 2.2+ registers in one multi: create with no data, then set the data at version 0 (KAFKA-7165), so the
+    # registration reaches the transaction log as the set that makes version 1
+    first_set = op is ZnodeOp.SET and ctx.change.version == 1 and _checked_ephemeral(ctx)
+    type_ = T.BROKER_UPDATED if op is ZnodeOp.SET and not first_set else T.BROKER_REGISTERED
     return [ctx.event(type_, detail=detail)]
+
+
+def _checked_ephemeral(ctx: _Ctx) -> bool:
+    """Whether this Kafka registers brokers as a create without data and a set (2.2+; unknown version: yes)."""
+    return ctx.kafka_version is None or ctx.kafka_version >= (2, 2)
 
 
 _DECIMAL = re.compile(r"\d+")

@@ -150,6 +150,15 @@ def test_broker_epoch_only_from_2_2_and_update_and_delete() -> None:
     assert (gone.type, gone.broker) == (T.BROKER_DEREGISTERED, 3)
 
 
+def test_a_2_2_registration_is_the_set_of_its_multi() -> None:
+    """2.2+ creates /brokers/ids/N without data and sets the data in the same multi (KAFKA-7165)."""
+    assert many("/brokers/ids/3", None, ZnodeOp.CREATE, hint="2.2") == []
+    registered = one("/brokers/ids/3", BROKER_V4, ZnodeOp.SET, version=1, hint="2.2")
+    assert (registered.type, registered.broker) == (T.BROKER_REGISTERED, 3)
+    assert one("/brokers/ids/3", BROKER_V4, ZnodeOp.SET, version=2, hint="2.2").type is T.BROKER_UPDATED
+    assert one("/brokers/ids/3", BROKER_V4, ZnodeOp.SET, version=1, hint="2.1").type is T.BROKER_UPDATED
+
+
 def test_topic_assignment_v1_one_event_per_partition() -> None:
     events = many("/brokers/topics/t", '{"version":1,"partitions":{"1":[2,3,1],"0":[1,2,3]}}')
     assert [(e.type, e.topic, e.partition, e.replicas) for e in events] == [
