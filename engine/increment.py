@@ -269,7 +269,7 @@ def _covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | Non
     """A watch collector's gap is noise when the txnlog has delivered that zxid (it holds the lossless history
     between the lowest and the highest zxid it delivered; below, its files were purged or not yet read)."""
     lo, hi = txn_range
-    if anomaly["kind"] != "COLLECTION_GAP" or lo is None or hi is None or anomaly.get("zxid") is None:
+    if anomaly["kind"] != AnomalyKind.COLLECTION_GAP or lo is None or hi is None or anomaly.get("zxid") is None:
         return False
     inner = json.loads(json.loads(anomaly["details"]).get("detail") or "{}")
     return inner.get("source") != "txnlog" and lo <= int(anomaly["zxid"]) <= hi

@@ -18,12 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from models.anomalies import SEVERITY, AnomalyKind
+from models.decisions import DecisionKind
+from models.events import MetadataEventType
 from models.ids import event_id
 from pipelines.state_machines import GlobalContext
 
+T = MetadataEventType
+
 GLOBAL_TYPES = (
-    "CONTROLLER_ELECTED", "CONTROLLER_RESIGNED", "CONTROLLER_EPOCH_CHANGED", "BROKER_REGISTERED",
-    "BROKER_UPDATED", "BROKER_DEREGISTERED", "CONTROLLER_WRITE_FENCED", "COLLECTION_GAP",
+    T.CONTROLLER_ELECTED, T.CONTROLLER_RESIGNED, T.CONTROLLER_EPOCH_CHANGED, T.BROKER_REGISTERED,
+    T.BROKER_UPDATED, T.BROKER_DEREGISTERED, T.CONTROLLER_WRITE_FENCED, T.COLLECTION_GAP,
 )
 
 # NO_ACTIVE_CONTROLLER: how long /controller may be absent (a normal re-election takes well under a second).
@@ -67,7 +71,7 @@ def replay(cluster: str, events: Iterable[dict[str, Any]],
         if absent_since is not None and not absent_flagged and _too_long(absent_since, e, no_controller_threshold):
             tl.anomalies.append(_no_controller(cluster, absent_since, e))
             absent_flagged = True
-        if kind == "CONTROLLER_EPOCH_CHANGED" and e.get("controller_epoch") is not None:
+        if kind == T.CONTROLLER_EPOCH_CHANGED and e.get("controller_epoch") is not None:
             epoch = int(e["controller_epoch"])
             if max_epoch is not None and epoch < max_epoch:
                 tl.anomalies.append({**anomaly(cluster, AnomalyKind.CONTROLLER_EPOCH_REGRESSION, [e["event_id"]], e,
@@ -77,7 +81,7 @@ def replay(cluster: str, events: Iterable[dict[str, Any]],
             tl.ctx.epoch_values.append(epoch)
             if term is not None and term["controller_epoch"] is None:
                 term["controller_epoch"] = epoch
-        elif kind == "CONTROLLER_ELECTED":
+        elif kind == T.CONTROLLER_ELECTED:
             if term is not None:
                 _close(term, e)
             term = {"cluster": cluster, "controller_id": e.get("controller_id"), "controller_epoch": None,
@@ -88,19 +92,19 @@ def replay(cluster: str, events: Iterable[dict[str, Any]],
                 term["controller_epoch"] = tl.ctx.epoch_values[-1]
             tl.tenure.append(term)
             absent_since, absent_flagged = None, False
-        elif kind == "CONTROLLER_RESIGNED":
+        elif kind == T.CONTROLLER_RESIGNED:
             if term is not None:
                 _close(term, e)
                 term = None
             absent_since, absent_flagged = e, False
-        elif kind in ("BROKER_REGISTERED", "BROKER_UPDATED", "BROKER_DEREGISTERED") and e.get("broker") is not None:
+        elif kind in (T.BROKER_REGISTERED, T.BROKER_UPDATED, T.BROKER_DEREGISTERED) and e.get("broker") is not None:
             zs, lives = tl.ctx.broker_points.setdefault(int(e["broker"]), ([], []))
             zs.append(z)
-            lives.append(kind != "BROKER_DEREGISTERED")
-        elif kind == "CONTROLLER_WRITE_FENCED":
+            lives.append(kind != T.BROKER_DEREGISTERED)
+        elif kind == T.CONTROLLER_WRITE_FENCED:
             tl.anomalies.append({**anomaly(cluster, AnomalyKind.FENCED_CONTROLLER_WRITE, [e["event_id"]], e,
                                            {"path": e.get("path"), "detail": e.get("detail")}), "_trigger": e["event_id"]})
-        elif kind == "COLLECTION_GAP":
+        elif kind == T.COLLECTION_GAP:
             tl.anomalies.append({**anomaly(cluster, AnomalyKind.COLLECTION_GAP, [e["event_id"]], e,
                                            {"path": e.get("path"), "detail": e.get("detail")}), "_trigger": e["event_id"]})
     return tl
@@ -129,10 +133,10 @@ def _no_controller(cluster: str, since: dict[str, Any], trigger: dict[str, Any])
 RESIGN_COLUMNS = ("controller_id", "broker_id", "ts", "kind", "event_id")
 """The controller_decisions columns ``resign_marks`` reads (the monitor loads them once at start)."""
 
-_NOT_ACTING = ("CONTROLLER_RESIGNED", "CONTROLLER_MOVED", "ELECTION_ERROR")
+_NOT_ACTING = (DecisionKind.CONTROLLER_RESIGNED, DecisionKind.CONTROLLER_MOVED, DecisionKind.ELECTION_ERROR)
 """Controller-attributed log kinds that are not the controller acting (stepping down, failing to be elected)."""
 
-_BROKER_CHANGES = ("BROKER_REGISTERED", "BROKER_DEREGISTERED")
+_BROKER_CHANGES = (T.BROKER_REGISTERED, T.BROKER_DEREGISTERED)
 
 
 def resign_marks(decisions: pa.Table, carried: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -161,7 +165,7 @@ def resign_marks(decisions: pa.Table, carried: Sequence[dict[str, Any]] = ()) ->
 
 
 def _resign_rows(decisions: pa.Table) -> list[dict[str, Any]]:
-    rows = decisions.filter(pc.and_(pc.equal(decisions["kind"], "CONTROLLER_RESIGNED"), pc.is_valid(decisions["ts"])))
+    rows = decisions.filter(pc.and_(pc.equal(decisions["kind"], DecisionKind.CONTROLLER_RESIGNED), pc.is_valid(decisions["ts"])))
     out = []
     for r in rows.select(["controller_id", "broker_id", "ts", "event_id"]).to_pylist():
         who = r["controller_id"] if r["controller_id"] is not None else r["broker_id"]

@@ -103,7 +103,7 @@ def metadata_row(cluster: str, row: dict[str, Any], seq: int, ev: MetadataEvent)
     out["isr"] = list(ev.isr) if ev.isr is not None else None
     out["replicas"] = list(ev.replicas) if ev.replicas is not None else None
     detail = ev.detail
-    if out["type"] == "COLLECTION_GAP":
+    if out["type"] == MetadataEventType.COLLECTION_GAP:
         detail = {**detail, "source": row.get("source")}  # a watch gap is noise where the txnlog covers it (engine)
     out["detail"] = _dumps(detail) if detail else None
     out["event_time"] = _utc(ev.event_time) or _utc(row["txn_time"]) or _utc(row["observed_at"])

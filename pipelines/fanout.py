@@ -21,11 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from models.events import MetadataEventType
 from pipelines.state_machines import FANNED_GLOBAL_TYPES, PARTITION_TYPES, GlobalContext
 
+T = MetadataEventType
+
 FANOUT_SEQ = 1_000_000  # added to a fanned row's _seq: after that zxid's own rows of the partition
-TOPIC_LEVEL_TYPES = ("TOPIC_DELETED", "TOPIC_DELETION_REQUESTED")
-BROKER_TYPES = ("BROKER_REGISTERED", "BROKER_DEREGISTERED")
+TOPIC_LEVEL_TYPES = (T.TOPIC_DELETED, T.TOPIC_DELETION_REQUESTED)
+BROKER_TYPES = (T.BROKER_REGISTERED, T.BROKER_DEREGISTERED)
 
 
 def fanned_events(meta: pa.Table) -> pa.Table:
@@ -40,7 +43,7 @@ def touched_by_fanout(events: pa.Table, carried_ps: pa.Table, ctx: GlobalContext
     if events.num_rows == 0 or n == 0:
         return pa.array(np.zeros(n, bool))
     types, zxids = events["type"].to_pylist(), events["zxid"].to_pylist()
-    if any(t == "CONTROLLER_ELECTED" and ctx.brokers_known_at(z) for t, z in zip(types, zxids, strict=True)):
+    if any(t == T.CONTROLLER_ELECTED and ctx.brokers_known_at(z) for t, z in zip(types, zxids, strict=True)):
         return pa.array(np.ones(n, bool))
     topics = events.filter(pc.is_in(events["type"], pa.array(TOPIC_LEVEL_TYPES)))["topic"]
     mask = pc.fill_null(pc.is_in(carried_ps["topic"], pc.unique(topics)), False)
@@ -114,7 +117,7 @@ def _known_partitions(keyed: pa.Table, carried_ps: pa.Table) -> pa.Table:
 
 def _hosts(keyed: pa.Table, carried_ps: pa.Table, known: pa.Table) -> dict[int, np.ndarray]:
     """Per broker: which known partitions it is or was assigned (increment assignments, carried replicas)."""
-    assigned = keyed.filter(pc.equal(keyed["type"], "PARTITION_ASSIGNED"))
+    assigned = keyed.filter(pc.equal(keyed["type"], T.PARTITION_ASSIGNED))
     parts = []
     for t in (assigned, carried_ps):
         replicas = t["replicas"].combine_chunks() if isinstance(t["replicas"], pa.ChunkedArray) else t["replicas"]

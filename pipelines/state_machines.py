@@ -26,13 +26,15 @@ from models.fold import PartitionFold, PartitionView, deletion_pending
 from models.ids import step_id
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
 
+T = MetadataEventType
+
 P = PartitionState
 R = ReplicaState
 
-PARTITION_TYPES = ("PARTITION_ASSIGNED", "PARTITION_STATE_WRITTEN", "PARTITION_STATE_DELETED", "TOPIC_DELETED",
-                   "TOPIC_DELETION_REQUESTED")
+PARTITION_TYPES = (T.PARTITION_ASSIGNED, T.PARTITION_STATE_WRITTEN, T.PARTITION_STATE_DELETED, T.TOPIC_DELETED,
+                   T.TOPIC_DELETION_REQUESTED)
 """Metadata event types folded per key (a topic-level one, without partition, is fanned out first)."""
-FANNED_GLOBAL_TYPES = ("CONTROLLER_ELECTED", "BROKER_REGISTERED", "BROKER_DEREGISTERED")
+FANNED_GLOBAL_TYPES = (T.CONTROLLER_ELECTED, T.BROKER_REGISTERED, T.BROKER_DEREGISTERED)
 """Cluster-wide event types fanned out to the partitions they may change."""
 SEED = "_SEED"
 
@@ -122,19 +124,19 @@ class BucketFolder:
         if kind == SEED:
             self._seed(v, row)
             return
-        if kind == "PARTITION_STATE_WRITTEN":
+        if kind == T.PARTITION_STATE_WRITTEN:
             yield self._write_record(v, row)
         after, steps = self.rules.apply(v.view(), _event(row), _LiveAt(self.ctx, row["zxid"]))
         for n, step in enumerate(steps):
             yield self._step_record(v, row, n, step.replica, step.from_state, step.to_state, step.legal, str(step.cause))
         v.state = str(after.state)
         v.replica_states = {r: str(s) for r, s in after.replica_states.items()}
-        if kind == "PARTITION_ASSIGNED" and row["replicas"] is not None:
+        if kind == T.PARTITION_ASSIGNED and row["replicas"] is not None:
             v.replicas = list(row["replicas"])
-        elif kind == "PARTITION_STATE_WRITTEN":
+        elif kind == T.PARTITION_STATE_WRITTEN:
             v.leader, v.leader_epoch, v.controller_epoch = row["leader"], row["leader_epoch"], row["controller_epoch"]
             v.isr = list(row["isr"] or [])
-        elif kind in ("PARTITION_STATE_DELETED", "TOPIC_DELETED"):
+        elif kind in (T.PARTITION_STATE_DELETED, T.TOPIC_DELETED):
             # a recreated topic is a new incarnation: leader_epoch restarts at 0
             v.leader = v.leader_epoch = v.controller_epoch = None
             v.isr = v.replicas = None

@@ -6,6 +6,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from models.events import MetadataEventType
+
+T = MetadataEventType
+
 
 def _upto(row: dict[str, Any], zxid: int | None, at: datetime | None) -> bool:
     if zxid is not None:
@@ -21,30 +25,30 @@ def state_at(metadata: Iterable[dict[str, Any]], transitions: Iterable[dict[str,
     parts: dict[tuple[str, int], dict[str, Any]] = {}
     # one multi can delete a topic and its partition znodes at one zxid: apply the topic deletion last
     for e in sorted((m for m in metadata if _upto(m, zxid, at)),
-                    key=lambda m: (m["zxid"], m["type"] == "TOPIC_DELETED", m["event_id"])):
+                    key=lambda m: (m["zxid"], m["type"] == T.TOPIC_DELETED, m["event_id"])):
         kind = e["type"]
-        if kind == "CONTROLLER_ELECTED":
+        if kind == T.CONTROLLER_ELECTED:
             ctl["controller_id"] = e["controller_id"]
-        elif kind == "CONTROLLER_RESIGNED":
+        elif kind == T.CONTROLLER_RESIGNED:
             ctl["controller_id"] = None
-        elif kind == "CONTROLLER_EPOCH_CHANGED":
+        elif kind == T.CONTROLLER_EPOCH_CHANGED:
             ctl["controller_epoch"] = e["controller_epoch"]
-        elif kind in ("BROKER_REGISTERED", "BROKER_UPDATED") and e["broker"] is not None:
+        elif kind in (T.BROKER_REGISTERED, T.BROKER_UPDATED) and e["broker"] is not None:
             live.add(e["broker"])
-        elif kind == "BROKER_DEREGISTERED":
+        elif kind == T.BROKER_DEREGISTERED:
             live.discard(e["broker"])
         elif e["topic"] is None or (topic is not None and e["topic"] != topic):
             continue
-        elif kind == "TOPIC_DELETED":
+        elif kind == T.TOPIC_DELETED:
             for key in [k for k in parts if k[0] == e["topic"]]:
                 del parts[key]
-        elif e["partition"] is not None and kind in ("PARTITION_ASSIGNED", "PARTITION_STATE_WRITTEN"):
+        elif e["partition"] is not None and kind in (T.PARTITION_ASSIGNED, T.PARTITION_STATE_WRITTEN):
             p = parts.setdefault((e["topic"], e["partition"]), {"topic": e["topic"], "partition": e["partition"],
                                                                  "leader": None, "leader_epoch": None, "isr": None,
                                                                  "replicas": None, "state": None})
-            if kind == "PARTITION_ASSIGNED":
+            if kind == T.PARTITION_ASSIGNED:
                 p["replicas"] = e["replicas"]
-            elif kind == "PARTITION_STATE_WRITTEN":
+            elif kind == T.PARTITION_STATE_WRITTEN:
                 p.update(leader=e["leader"], leader_epoch=e["leader_epoch"], isr=e["isr"])
     for t in sorted((t for t in transitions if _upto(t, zxid, at) and t["legal"]), key=lambda t: (t["zxid"], t["event_id"])):
         key = (t["topic"], t["partition"])

@@ -26,6 +26,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from models.events import MetadataEventType
 from models.fold import (
     DELETING_REPLICA_STATES,
     PARTITION_CODES,
@@ -42,10 +43,12 @@ from pipelines.fold_records import FOLD_ARROW_SCHEMA
 from pipelines.list_kernels import flat, member_of_row, padded
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 
+T = MetadataEventType
+
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-SLOW_TYPES = ("PARTITION_STATE_DELETED", "TOPIC_DELETED", "TOPIC_DELETION_REQUESTED")
+SLOW_TYPES = (T.PARTITION_STATE_DELETED, T.TOPIC_DELETED, T.TOPIC_DELETION_REQUESTED)
 P_NE, P_NEW, P_ON, P_OFF = (PARTITION_CODES[s] for s in (PartitionState.NON_EXISTENT, PartitionState.NEW,
                                                          PartitionState.ONLINE, PartitionState.OFFLINE))
 R_NE, R_NEW, R_ON, R_OFF, R_DI = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT, ReplicaState.NEW,
@@ -264,7 +267,7 @@ def _deleting_seeds(rows: pa.Table) -> BoolArray:
 def _reassignments(rows: pa.Table, boundary: BoolArray) -> BoolArray:
     """Assignment rows that follow an earlier assignment or seed of their key and drop one of its replicas
     (a reassignment done: its deletion flow takes several steps per replica, which the row fold takes)."""
-    is_assign: BoolArray = pc.equal(rows["type"], "PARTITION_ASSIGNED").to_numpy(zero_copy_only=False)
+    is_assign: BoolArray = pc.equal(rows["type"], T.PARTITION_ASSIGNED).to_numpy(zero_copy_only=False)
     if not is_assign.any():
         return is_assign
     has_replicas = is_assign | pc.equal(rows["type"], SEED).to_numpy(zero_copy_only=False)
@@ -306,11 +309,11 @@ class _FastFold:
         self.key_of = np.cumsum(boundary) - 1
         types = rows["type"]
         self.is_seed = pc.equal(types, SEED).to_numpy(zero_copy_only=False)
-        self.is_assign = pc.equal(types, "PARTITION_ASSIGNED").to_numpy(zero_copy_only=False)
-        self.is_write = pc.equal(types, "PARTITION_STATE_WRITTEN").to_numpy(zero_copy_only=False)
-        self.is_elect = pc.equal(types, "CONTROLLER_ELECTED").to_numpy(zero_copy_only=False)
-        self.is_reg = pc.equal(types, "BROKER_REGISTERED").to_numpy(zero_copy_only=False)
-        self.is_dereg = pc.equal(types, "BROKER_DEREGISTERED").to_numpy(zero_copy_only=False)
+        self.is_assign = pc.equal(types, T.PARTITION_ASSIGNED).to_numpy(zero_copy_only=False)
+        self.is_write = pc.equal(types, T.PARTITION_STATE_WRITTEN).to_numpy(zero_copy_only=False)
+        self.is_elect = pc.equal(types, T.CONTROLLER_ELECTED).to_numpy(zero_copy_only=False)
+        self.is_reg = pc.equal(types, T.BROKER_REGISTERED).to_numpy(zero_copy_only=False)
+        self.is_dereg = pc.equal(types, T.BROKER_DEREGISTERED).to_numpy(zero_copy_only=False)
         self.zxid = rows["zxid"].to_numpy()
         clusters = pc.unique(rows["cluster"])
         self.one_cluster = clusters[0] if len(clusters) == 1 and clusters.null_count == 0 else None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from models.events import MetadataEventType
 from zkledger.report_svg import Band, Lane, Marker, Segment, TimeScale, esc, lanes_svg, step_chart_svg
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = MetadataEventType
 Row = dict[str, Any]
 REPORT_TABLES = ("controller_tenure", "partition_transitions", "metadata_events", "anomalies", "quality_results")
 
@@ -169,7 +171,7 @@ def partition_lanes(data: ReportData, topic: str, partition: int, scale: TimeSca
               _spans([(r["event_time"], r["to_state"]) for r in sorted(trans, key=lambda r: r["zxid"])], end)]
     writes = sorted(
         (r for r in data.rows("metadata_events")
-         if r.get("type") == "PARTITION_STATE_WRITTEN" and r.get("topic") == topic
+         if r.get("type") == T.PARTITION_STATE_WRITTEN and r.get("topic") == topic
          and r.get("partition") == partition and r.get("event_time") is not None),
         key=lambda r: r["zxid"],
     )
@@ -199,7 +201,7 @@ def partition_lanes(data: ReportData, topic: str, partition: int, scale: TimeSca
 def _replicas_by_time(data: ReportData, topic: str, partition: int) -> Any:
     assigned = sorted(
         (r for r in data.rows("metadata_events")
-         if r.get("type") == "PARTITION_ASSIGNED" and r.get("topic") == topic and r.get("partition") == partition),
+         if r.get("type") == T.PARTITION_ASSIGNED and r.get("topic") == topic and r.get("partition") == partition),
         key=lambda r: r["zxid"],
     )
 
@@ -257,11 +259,11 @@ def under_replicated_series(data: ReportData) -> list[tuple[datetime, float]]:
         if topic is None or partition is None or r.get("event_time") is None:
             continue
         key = (str(topic), int(partition))
-        if r["type"] == "PARTITION_ASSIGNED" and r.get("replicas") is not None:
+        if r["type"] == T.PARTITION_ASSIGNED and r.get("replicas") is not None:
             replicas[key] = len(r["replicas"])
-        elif r["type"] == "PARTITION_STATE_WRITTEN" and r.get("isr") is not None:
+        elif r["type"] == T.PARTITION_STATE_WRITTEN and r.get("isr") is not None:
             isr[key] = len(r["isr"])
-        elif r["type"] in ("PARTITION_STATE_DELETED", "TOPIC_DELETED"):
+        elif r["type"] in (T.PARTITION_STATE_DELETED, T.TOPIC_DELETED):
             isr.pop(key, None)
         else:
             continue
@@ -272,7 +274,7 @@ def under_replicated_series(data: ReportData) -> list[tuple[datetime, float]]:
 def controller_changes_series(data: ReportData) -> list[tuple[datetime, float]]:
     """Cumulative number of controller elections."""
     elected = sorted(
-        (r for r in data.rows("metadata_events") if r.get("type") == "CONTROLLER_ELECTED" and r.get("event_time")),
+        (r for r in data.rows("metadata_events") if r.get("type") == T.CONTROLLER_ELECTED and r.get("event_time")),
         key=lambda r: r["zxid"],
     )
     return [(r["event_time"], float(i + 1)) for i, r in enumerate(elected)]
