@@ -32,6 +32,7 @@ from benchmarks.common import (
     run_main,
     scratch,
 )
+from models.tables import ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def python_replay(lake: Any) -> dict[str, int]:
     from models.fold import apply_partition
     from models.states import PartitionState as P
 
-    table = lake.read_arrow("znode_events").select(["zxid", "path", "data"]).sort_by("zxid")
+    table = lake.read_arrow(ZNODE_EVENTS.name).select(["zxid", "path", "data"]).sort_by("zxid")
     state: dict[str, P] = {}
     last: dict[str, tuple[int, int]] = {}
     steps = illegal = 0
@@ -83,7 +84,7 @@ def io_floor(lake: Any, floor_lake: Any, outputs: dict[str, Any], chunk_rows: in
     from engine.increment import APPEND_TABLES, STATE_TABLES
     from lakehouse.spark_io import write_batch
 
-    version = int(lake.version("znode_events") or 0)
+    version = int(lake.version(ZNODE_EVENTS.name) or 0)
     ranges = zxid_chunks(lake, version, chunk_rows)
     n = len(ranges)
     chunks = ZnodeChunks(None, lake, version, local_max_rows=1 << 62)
@@ -117,7 +118,7 @@ def state_payloads(lake: Any) -> bytes:
     """Every partition-state payload of the history, one per line (built untimed, for ``json_floor``)."""
     import pyarrow.compute as pc
 
-    bronze = lake.scan("znode_events", ["path", "data"])
+    bronze = lake.scan(ZNODE_EVENTS.name, ["path", "data"])
     return b"\n".join(bronze.filter(pc.ends_with(bronze["path"], "/state"))["data"].drop_null().to_pylist()) + b"\n"
 
 
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         local_max = LOCAL_MAX_ROWS if args.local_max_rows is None else args.local_max_rows
         chunk_rows = REBUILD_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows
-        bronze = lake.row_count("znode_events")
+        bronze = lake.row_count(ZNODE_EVENTS.name)
         per_chunk = bronze if chunk_rows <= 0 else min(bronze, chunk_rows)
         chunks = 1 if chunk_rows <= 0 else max(1, -(-bronze // chunk_rows))
         where = f"{'in process' if per_chunk <= local_max else 'through Spark'}, ~{chunks} chunk(s)"

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
+from models.tables import ANOMALIES, ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,8 @@ def _poll(lake: Any, seen: dict[int, float], lock: threading.Lock, stop: threadi
     """Record when each ZOMBIE_CONTROLLER_WRITE zxid is first visible in the anomalies table (runs alongside
     the writer: a detection made while writes continue is timed when it lands, not after the writer ends)."""
     while not stop.is_set():
-        if lake.exists("anomalies"):
-            rows = lake.read_arrow("anomalies").select(["kind", "zxid"]).to_pylist()
+        if lake.exists(ANOMALIES.name):
+            rows = lake.read_arrow(ANOMALIES.name).select(["kind", "zxid"]).to_pylist()
             now = time.time()
             with lock:
                 for r in rows:
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             stop_polling.set()
             poller.join()
             seen = {z: t for z, t in seen_at.items() if z in zombie_times}
-            bronze = lake.read_arrow("znode_events").select(["zxid", "missed_versions"])
+            bronze = lake.read_arrow(ZNODE_EVENTS.name).select(["zxid", "missed_versions"])
             in_bronze = set(bronze.column("zxid").to_pylist()) & set(zombie_times)
             collected = {"bronze_rows": bronze.num_rows, "zombies_in_bronze": len(in_bronze),
                          "missed_versions": int(sum(v for v in bronze.column("missed_versions").to_pylist() if v))}

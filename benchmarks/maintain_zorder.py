@@ -22,6 +22,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from benchmarks.common import Timer, base_parser, machine, ratio, run_main, scratch
+from models.tables import ZNODE_EVENTS
 
 NAME = "maintain_zorder"
 
@@ -63,8 +64,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         commits = max(1, half // args.batch)
         with timer.phase("append"):
             for seq in range(commits):
-                lake.append("znode_events", _batch(seq * args.batch, args.batch, "txnlog", seq), "backfill", seq)
-                lake.append("znode_events", _batch(half + seq * args.batch, args.batch, "watch", seq), "live", seq)
+                lake.append(ZNODE_EVENTS.name, _batch(seq * args.batch, args.batch, "txnlog", seq), "backfill", seq)
+                lake.append(ZNODE_EVENTS.name, _batch(half + seq * args.batch, args.batch, "watch", seq), "live", seq)
         rng = random.Random(7)
         width = max(1, int(2 * half * args.range_fraction))
         ranges = [(lo, lo + width - 1) for lo in (rng.randrange(0, 2 * half - width) for _ in range(args.reads))]
@@ -75,9 +76,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             copy = Lake(root, cluster="bench")
             if zorder is not None:
                 with timer.phase(f"maintain_{name}"):
-                    report = maintain_table(copy, "znode_events", zorder=zorder, target_size=args.target_mb << 20)
-            result = _reads(copy.table_path("znode_events"), ranges)
-            result["zxid_depth"] = zxid_depth(DeltaTable(copy.table_path("znode_events")))
+                    report = maintain_table(copy, ZNODE_EVENTS.name, zorder=zorder, target_size=args.target_mb << 20)
+            result = _reads(copy.table_path(ZNODE_EVENTS.name), ranges)
+            result["zxid_depth"] = zxid_depth(DeltaTable(copy.table_path(ZNODE_EVENTS.name)))
             if zorder is not None:
                 result["maintain_s"] = timer.wall[f"maintain_{name}"]
                 result["rewritten"] = report.files_compacted

@@ -25,6 +25,7 @@ import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
 from benchmarks.detection_latency import BROKERS, KAFKA, _cli, _log_digest, _seed_layout
+from models.tables import METADATA_EVENTS, ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +139,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sampler.join()
             running = monitor.poll() is None
             lake = Lake(lake_dir, cluster="bench")
-            bronze = lake.row_count("znode_events")
-            events = lake.row_count("metadata_events")
+            bronze = lake.row_count(ZNODE_EVENTS.name)
+            events = lake.row_count(METADATA_EVENTS.name)
         finally:
             stop.set()
             stop_processes(procs)

@@ -29,6 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Timer, base_parser, build_session, machine, ratio, run_main, scratch
+from models.tables import (
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+    ZNODE_EVENTS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +64,7 @@ def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -
     if sink == "delta":
         q = start_stateful_fold(spark, lake, checkpoint, buckets=buckets, available_now=True)
     else:
-        q = (fold_stream(stream_table(spark, lake, "znode_events"), buckets).writeStream.format("noop")
+        q = (fold_stream(stream_table(spark, lake, ZNODE_EVENTS.name), buckets).writeStream.format("noop")
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     q.awaitTermination()
     wall = time.perf_counter() - t0
@@ -66,7 +73,7 @@ def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -
            "batches": [{k: p[k] for k in ("batchId", "numInputRows", "durationMs")} for p in q.recentProgress]}
     if sink == "delta":
         out["written"] = {t: lake.row_count(t, lake.version(t)) for t in
-                          ("partition_transitions", "replica_transitions", "partition_state", "replica_state")}
+                          (PARTITION_TRANSITIONS.name, REPLICA_TRANSITIONS.name, PARTITION_STATE.name, REPLICA_STATE.name)}
     return out
 
 

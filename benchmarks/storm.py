@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from models.ids import event_id
+from models.tables import ZNODE_EVENTS
 from simulator.offline import (
     ZXID_BASE,
     hex_ids,
@@ -80,6 +81,6 @@ def write_storm(lake: Any, partitions: int, brokers: int = 6) -> int:
     z2 = z + partitions
     during = pa.concat_tables([_controller_rows(lake.cluster, z2, 2, 2, "SET").select(_COLUMNS),
                                _state_rows(lake.cluster, z2 + 2, partitions, brokers, storm=True).select(_COLUMNS)])
-    lake.append("znode_events", before, writer_id="bench-storm", batch_seq=0)
-    lake.append("znode_events", during, writer_id="bench-storm", batch_seq=1)
+    lake.append(ZNODE_EVENTS.name, before, writer_id="bench-storm", batch_seq=0)
+    lake.append(ZNODE_EVENTS.name, during, writer_id="bench-storm", batch_seq=1)
     return int(before.num_rows + during.num_rows)

@@ -33,6 +33,7 @@ from benchmarks.common import (
     run_main,
     scratch,
 )
+from models.tables import ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def naive_baseline(spark: Any, lake: Any, partitions: int, checkpoint: Path) -> 
 
     from lakehouse.spark_io import stream_table
 
-    src = stream_table(spark, lake, "znode_events").filter(F.col("path").endswith("/state"))
+    src = stream_table(spark, lake, ZNODE_EVENTS.name).filter(F.col("path").endswith("/state"))
     topic = F.regexp_extract("path", r"^/brokers/topics/([^/]+)/partitions/(\d+)/state$", 1)
     part = F.regexp_extract("path", r"^/brokers/topics/([^/]+)/partitions/(\d+)/state$", 2).cast("int")
     data = F.col("data").cast("string")

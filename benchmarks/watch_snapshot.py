@@ -164,7 +164,7 @@ _RESTART = textwrap.dedent(
     out = {"rss_start_mib": rss()}
     t0 = time.perf_counter()
     if mode == "rows":
-        rows = lake.read_arrow("znode_events").select(
+        rows = lake.read_arrow(ZNODE_EVENTS.name).select(
             ["cluster", "source", "zxid", "path", "op", "version", "mzxid", "czxid"]).to_pylist()
         out.update(rows=len(rows), read_s=round(time.perf_counter() - t0, 2), rss_read_mib=rss())
     else:

@@ -18,10 +18,11 @@ from typing import IO, Any, Protocol
 
 from models.events import Source, ZnodeChange
 from models.ids import event_id
+from models.tables import ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
 
-TABLE = "znode_events"
+TABLE = ZNODE_EVENTS.name
 
 
 LEASE_DIR = "_writers"

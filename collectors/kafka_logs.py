@@ -33,13 +33,14 @@ from typing import Any, BinaryIO, Protocol
 
 from collectors.bronze import WriterLease
 from collectors.log_parser import MAX_MESSAGE_CHARS, LogParser, ParsedRecord, RejectedLine
+from models import tables
 from models.events import INT32_MAX
 from models.ids import event_id
 
 log = logging.getLogger(__name__)
 
-DECISIONS = "controller_decisions"
-QUARANTINE = "quarantine"
+DECISIONS = tables.CONTROLLER_DECISIONS.name
+QUARANTINE = tables.QUARANTINE.name
 SOURCE = "logs"
 BATCH_LINES = 20_000  # commit at least this often on big files so a crash loses little work
 MAX_LINE_BYTES = MAX_MESSAGE_CHARS  # a longer line is cut to this (the cap the parser puts on a record's text)

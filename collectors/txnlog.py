@@ -36,6 +36,7 @@ from collectors.bronze import BronzeWriter, LakeLike, WriterLease, change_row
 from collectors.jute import JuteError, JuteReader
 from models.events import Source, ZnodeChange, ZnodeOp
 from models.ids import event_id
+from models.tables import QUARANTINE
 
 log = logging.getLogger(__name__)
 
@@ -595,7 +596,7 @@ class TxnLogCollector:
         self._floor = -1  # txns at or below this zxid are already in the lake
         self._started = False
         self.gaps = 0  # lost stretches of a log reported (GAP row + quarantine row each)
-        self.quarantine = BronzeWriter(lake, f"{self.writer.writer_id}:lost", table="quarantine")
+        self.quarantine = BronzeWriter(lake, f"{self.writer.writer_id}:lost", table=QUARANTINE.name)
         self.lease = WriterLease(lake.root, self.writer.writer_id)  # covers the quarantine writer too
 
     @property

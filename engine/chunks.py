@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from lakehouse.arrow_schema import arrow_schema
 from lakehouse.lake import read_data_files
 from lakehouse.spark_io import read_table
+from models.tables import ZNODE_EVENTS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,10 +34,10 @@ Chunk = tuple[int | None, int | None, int]
 def zxid_chunks(lake: Lake, version: int, chunk_rows: int) -> list[Chunk]:
     """Ranges of about ``chunk_rows`` bronze rows each; a zxid is never split, so the rows of one change seen by
     several collectors are deduplicated together (rows without a zxid go with the first chunk)."""
-    total = lake.row_count("znode_events", version)
+    total = lake.row_count(ZNODE_EVENTS.name, version)
     if chunk_rows <= 0 or total <= chunk_rows:
         return [(None, None, total)]
-    zxids = lake.scan("znode_events", ["zxid"], version=version)["zxid"]
+    zxids = lake.scan(ZNODE_EVENTS.name, ["zxid"], version=version)["zxid"]
     nulls = zxids.null_count
     ordered = np.sort(zxids.drop_null().to_numpy())
     cuts = [int(c) for c in np.unique(ordered[chunk_rows::chunk_rows]) if c > ordered[0]]
@@ -51,7 +52,7 @@ def txnlog_range(lake: Lake, version: int) -> tuple[int | None, int | None]:
     """The whole history's txnlog zxid range: every chunk drops the watch rows it covers, as one increment would."""
     import pyarrow.dataset as ds
 
-    txn = lake.scan("znode_events", ["zxid"], where=ds.field("source") == "txnlog", version=version)["zxid"]
+    txn = lake.scan(ZNODE_EVENTS.name, ["zxid"], where=ds.field("source") == "txnlog", version=version)["zxid"]
     lo, hi = (v.as_py() for v in pc.min_max(txn).values())
     return lo, hi
 
@@ -68,7 +69,7 @@ class ZnodeChunks:
 
     def __init__(self, spark: SparkSession | None, lake: Lake, version: int, local_max_rows: int) -> None:
         self.spark, self.lake, self.version, self.local_max_rows = spark, lake, version, local_max_rows
-        spans = lake.file_spans("znode_events", "zxid", version)
+        spans = lake.file_spans(ZNODE_EVENTS.name, "zxid", version)
         # a compacted file far larger than a chunk would be held whole while its chunks run: scan those
         self.spans = None if spans is None or any(s.rows > 2 * local_max_rows for s in spans) else spans
         self._kept: dict[str, pa.Table] = {}  # files read for a chunk that reach into the next one
@@ -88,24 +89,24 @@ class ZnodeChunks:
                 continue
             data = self._kept.get(span.path)
             if data is None:
-                data = read_data_files("znode_events", [span.path])
+                data = read_data_files(ZNODE_EVENTS.name, [span.path])
             if hi is not None and span.high is not None and span.high >= hi:
                 kept[span.path] = data
             whole = ((lo is None or (span.low is not None and span.low >= lo and span.nulls == 0))
                      and (hi is None or (span.high is not None and span.high < hi)))
             parts.append(data if whole else _zxid_rows(data, lo, hi))
         self._kept = kept
-        data = pa.concat_tables(parts) if parts else arrow_schema("znode_events").empty_table()
-        return self.lake.conform_read("znode_events", data)
+        data = pa.concat_tables(parts) if parts else arrow_schema(ZNODE_EVENTS.name).empty_table()
+        return self.lake.conform_read(ZNODE_EVENTS.name, data)
 
     def _scan(self, lo: int | None, hi: int | None) -> pa.Table:
         where = None if lo is None and hi is None else _zxid_where(lo, hi)
-        return self.lake.conform_read("znode_events", self.lake.scan("znode_events", where=where,
-                                                                     version=self.version))
+        return self.lake.conform_read(ZNODE_EVENTS.name, self.lake.scan(ZNODE_EVENTS.name, where=where,
+                                                                        version=self.version))
 
     def _frame(self, lo: int | None, hi: int | None) -> DataFrame:
         assert self.spark is not None, "a chunk above local_max_rows needs a Spark session"
-        df = read_or_empty(self.spark, self.lake, "znode_events", self.version)
+        df = read_or_empty(self.spark, self.lake, ZNODE_EVENTS.name, self.version)
         if lo is not None:
             df = df.filter(F.col("zxid") >= lo)
         if hi is not None:

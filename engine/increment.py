@@ -25,12 +25,16 @@ from pyspark.sql import types as T
 from models.anomalies import AnomalyKind
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
+    ANOMALIES,
     CONTROLLER_DECISIONS,
+    CONTROLLER_TENURE,
+    DECODE_QUARANTINE,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     REPLICA_STATE,
     REPLICA_TRANSITIONS,
+    ZNODE_EVENTS,
 )
 from pipelines import detectors as D
 from pipelines.bucket_fold import merged_state, touched_seeds
@@ -51,13 +55,14 @@ from pipelines.vector_fold import FOLD_RECORDS
 log = logging.getLogger(__name__)
 
 
-DERIVED_TABLES = ("metadata_events", "decode_quarantine", "partition_transitions", "replica_transitions", "anomalies",
-                  "controller_tenure", "replica_state", "partition_state")
+DERIVED_TABLES = tuple(t.name for t in (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS,
+                                          ANOMALIES, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE))
 """The state tables are written LAST, partition_state after replica_state (``engine.writes.write_tables``), so a
 committed partition_state means the whole increment is."""
-APPEND_TABLES = frozenset({"metadata_events", "decode_quarantine", "partition_transitions", "replica_transitions", "anomalies"})
-STATE_TABLES = ("partition_state", "replica_state")
-STREAMED_TABLES = ("znode_events", "controller_decisions")
+APPEND_TABLES = frozenset(t.name for t in (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS,
+                                             ANOMALIES))
+STATE_TABLES = (PARTITION_STATE.name, REPLICA_STATE.name)
+STREAMED_TABLES = (ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name)
 """The bronze tables an increment reads."""
 LOCAL_MAX_ROWS = 1_000_000
 """Default of settings ``pipeline.local_max_rows``: increments up to this many bronze rows run in the driver."""
@@ -97,8 +102,8 @@ class Outputs:
 
 
 def empty_carried() -> Carried:
-    return Carried(_empty_arrow("partition_state"), _empty_arrow("replica_state"), _empty_arrow("controller_tenure"),
-                   empty=True)
+    return Carried(_empty_arrow(PARTITION_STATE.name), _empty_arrow(REPLICA_STATE.name),
+                   _empty_arrow(CONTROLLER_TENURE.name), empty=True)
 
 
 def widened_txnlog_range(carried: Carried, lo: int | None, hi: int | None) -> tuple[int | None, int | None]:
@@ -170,8 +175,8 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
 
     dec_t = decisions if isinstance(decisions, pa.Table) else decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
     log_terms_t = merge_log_terms(carried.log_terms, dec_t, cluster) if dec_t.num_rows or not carried.empty \
-        else _empty_arrow("controller_tenure")
-    zk_terms_t = _arrow_of(timeline.tenure, "controller_tenure")
+        else _empty_arrow(CONTROLLER_TENURE.name)
+    zk_terms_t = _arrow_of(timeline.tenure, CONTROLLER_TENURE.name)
     tenure_t = pa.concat_tables([zk_terms_t, log_terms_t.cast(zk_terms_t.schema)])
 
     global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
@@ -196,23 +201,24 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     controller_anoms = [*no_active_controller(cluster, resigns, timeline.tenure, history + global_rows,
                                               no_controller_threshold),
                         *zk_split_brain(cluster, zombies, timeline.tenure)]
-    anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, "anomalies"), found_t.cast(_arrow_schema("anomalies")),
-                                            _arrow_of(controller_anoms, "anomalies")]))
+    anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, ANOMALIES.name),
+                                            found_t.cast(_arrow_schema(ANOMALIES.name)),
+                                            _arrow_of(controller_anoms, ANOMALIES.name)]))
     if carried.known_anomaly_ids:  # ids are deterministic: one committed by an earlier increment is not new
         anomalies_t = anomalies_t.filter(pc.invert(pc.is_in(anomalies_t["anomaly_id"],
                                                             pa.array(sorted(carried.known_anomaly_ids), pa.string()))))
 
     return Outputs({
-        "metadata_events": meta_t.select(list(METADATA_EVENTS.column_names)), "decode_quarantine": quarantine_t,
-        "partition_transitions": pt_t, "replica_transitions": rt_t, "anomalies": anomalies_t,
-        "controller_tenure": tenure_t, "partition_state": ps_t, "replica_state": rs_t,
+        METADATA_EVENTS.name: meta_t.select(list(METADATA_EVENTS.column_names)), DECODE_QUARANTINE.name: quarantine_t,
+        PARTITION_TRANSITIONS.name: pt_t, REPLICA_TRANSITIONS.name: rt_t, ANOMALIES.name: anomalies_t,
+        CONTROLLER_TENURE.name: tenure_t, PARTITION_STATE.name: ps_t, REPLICA_STATE.name: rs_t,
     }, (txn_lo, txn_hi), resigns)
 
 
 _ZK_WRITE_COLUMNS = ("topic", "partition", "leader", "leader_epoch")
 
 
-META_SEQ = T.StructType([*schema("metadata_events").fields, T.StructField("_seq", T.IntegerType())])
+META_SEQ = T.StructType([*schema(METADATA_EVENTS.name).fields, T.StructField("_seq", T.IntegerType())])
 
 
 def _arrow_schema(table_or_struct: str | T.StructType) -> pa.Schema:
@@ -279,7 +285,7 @@ def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) 
     """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted."""
     acting = decisions.filter(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
                                               pc.is_valid(decisions["controller_epoch"])), pc.is_valid(decisions["ts"])))
-    schema = _arrow_schema("controller_tenure")
+    schema = _arrow_schema(CONTROLLER_TENURE.name)
     n = acting.num_rows
     new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],
                     "controller_epoch": acting["controller_epoch"], "start_zxid": pa.nulls(n, pa.int64()),

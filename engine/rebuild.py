@@ -23,6 +23,7 @@ from engine.increment import (
 )
 from engine.writes import REBUILD_WRITER, write_tables, writer_metadata
 from lakehouse.spark_io import write_batch
+from models.tables import CONTROLLER_DECISIONS, METADATA_EVENTS, ZNODE_EVENTS
 from pipelines.decode import decode_table
 
 if TYPE_CHECKING:
@@ -54,8 +55,8 @@ def rebuild(spark: SparkSession, lake: Lake, local_max_rows: int = LOCAL_MAX_ROW
     for table in STREAMED_TABLES:
         lake.ensure(table)
     versions = {t: int(lake.version(t) or 0) for t in STREAMED_TABLES}  # one snapshot, even while collectors write
-    ranges = zxid_chunks(lake, versions["znode_events"], chunk_rows)
-    carry = MonitorCarry.fresh(lake, txnlog_range(lake, versions["znode_events"]))
+    ranges = zxid_chunks(lake, versions[ZNODE_EVENTS.name], chunk_rows)
+    carry = MonitorCarry.fresh(lake, txnlog_range(lake, versions[ZNODE_EVENTS.name]))
     counts = dict.fromkeys(DERIVED_TABLES, 0)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rebuild-io") as io:
         _rebuild_chunks(spark, lake, versions, ranges, carry, counts, io, local_max_rows)
@@ -71,7 +72,7 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
     # can be decoded ahead, before this one's state is known (decode is row-local)
     committed = committed_txnlog_range(carry.carried)
 
-    chunks = ZnodeChunks(spark, lake, versions["znode_events"], local_max_rows)
+    chunks = ZnodeChunks(spark, lake, versions[ZNODE_EVENTS.name], local_max_rows)
 
     def read(chunk: Chunk) -> tuple[DataFrame | pa.Table, pa.Table | None]:
         znodes = chunks.read(chunk)
@@ -84,7 +85,7 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
         znodes, decoded = reading.result()
         if not last:
             reading = io.submit(read, ranges[i + 1])
-        decisions = _decision_rows(spark, lake, versions["controller_decisions"], local_max_rows, last)
+        decisions = _decision_rows(spark, lake, versions[CONTROLLER_DECISIONS.name], local_max_rows, last)
         out = run_increment(spark, znodes, decisions, carry.carried, cluster=lake.cluster, decoded=decoded)
         meta = writer_metadata(REBUILD_WRITER, versions if last else None)
 
@@ -108,7 +109,7 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
             counts[table] = out[table].num_rows + (counts[table] if table in APPEND_TABLES else 0)
         if len(ranges) > 1:
             log.info("rebuild chunk %d/%d: zxid [%s, %s), %d bronze rows, %d metadata events", i + 1, len(ranges),
-                     chunk[0], chunk[1], chunk[2], out["metadata_events"].num_rows)
+                     chunk[0], chunk[1], chunk[2], out[METADATA_EVENTS.name].num_rows)
     if writing is not None:
         writing.result()
 
@@ -116,7 +117,8 @@ def _rebuild_chunks(spark: SparkSession, lake: Lake, versions: dict[str, int], r
 def _decision_rows(spark: SparkSession, lake: Lake, version: int, local_max_rows: int,
                    last_chunk: bool) -> DataFrame | pa.Table:
     if not last_chunk:
-        return lake.conform_read("controller_decisions", lake.scan("controller_decisions", version=version).slice(0, 0))
-    if lake.row_count("controller_decisions", version) <= local_max_rows:
-        return lake.read_arrow("controller_decisions", version)
-    return read_or_empty(spark, lake, "controller_decisions", version)
+        empty = lake.scan(CONTROLLER_DECISIONS.name, version=version).slice(0, 0)
+        return lake.conform_read(CONTROLLER_DECISIONS.name, empty)
+    if lake.row_count(CONTROLLER_DECISIONS.name, version) <= local_max_rows:
+        return lake.read_arrow(CONTROLLER_DECISIONS.name, version)
+    return read_or_empty(spark, lake, CONTROLLER_DECISIONS.name, version)

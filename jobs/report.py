@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from conf.settings import load_settings
 from jobs._args import job_parser
 from lakehouse import Lake
+from models.tables import ANOMALIES
 from zkledger.report import write_report
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     settings = load_settings(args.conf, lake=args.lake, cluster=args.cluster)
     path, data = write_report(Lake(settings.lake.root, settings.lake.cluster), args.out)
-    log.info("report written to %s (%d anomalies)", path, len(data.rows("anomalies")))
+    log.info("report written to %s (%d anomalies)", path, len(data.rows(ANOMALIES.name)))
     return 0
 
 

@@ -17,7 +17,22 @@ from typing import Final
 from models.anomalies import SEVERITY, AnomalyKind
 from models.events import MetadataEventType, Source, ZnodeOp
 from models.states import PartitionState, ReplicaState
-from models.tables import ALL_TABLES, TableSpec
+from models.tables import (
+    ALL_TABLES,
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    CONTROLLER_TENURE,
+    DECODE_QUARANTINE,
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    QUALITY_RESULTS,
+    QUARANTINE,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+    ZNODE_EVENTS,
+    TableSpec,
+)
 
 
 class Check(StrEnum):
@@ -118,7 +133,7 @@ def _unique(column: str) -> Expectation:
 
 
 _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]] = {
-    "znode_events": (
+    ZNODE_EVENTS.name: (
         (
             _unique("event_id"),
             # the event id is derived from these: two rows here mean the same change was stored twice
@@ -129,7 +144,7 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         ),
         (),
     ),
-    "controller_decisions": (
+    CONTROLLER_DECISIONS.name: (
         (
             _unique("event_id"),
             Expectation(Check.COMPOUND_UNIQUE, columns=("cluster", "source_file", "line_no")),
@@ -139,9 +154,9 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         ),
         (),
     ),
-    "quarantine": ((_unique("event_id"),), ()),
-    "decode_quarantine": ((_unique("event_id"),), ()),
-    "metadata_events": (
+    QUARANTINE.name: ((_unique("event_id"),), ()),
+    DECODE_QUARANTINE.name: ((_unique("event_id"),), ()),
+    METADATA_EVENTS.name: (
         (
             _unique("event_id"),
             _min("zxid", 0),
@@ -153,7 +168,7 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         ),
         (),
     ),
-    "partition_transitions": (
+    PARTITION_TRANSITIONS.name: (
         (
             _unique("event_id"),
             _in("from_state", PARTITION_STATES),
@@ -164,7 +179,7 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         ),
         (Derived.LEGAL_FLAG_CONSISTENT, Derived.PARTITION_KNOWN),
     ),
-    "replica_transitions": (
+    REPLICA_TRANSITIONS.name: (
         (
             _unique("event_id"),
             _in("from_state", REPLICA_STATES),
@@ -176,15 +191,15 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         ),
         (Derived.LEGAL_FLAG_CONSISTENT, Derived.PARTITION_KNOWN),
     ),
-    "partition_state": (
+    PARTITION_STATE.name: (
         (_in("state", PARTITION_STATES), _min("partition", 0), _min("leader", NO_LEADER), _min("as_of_zxid", 0)),
         (),
     ),
-    "replica_state": (
+    REPLICA_STATE.name: (
         (_in("state", REPLICA_STATES), _min("partition", 0), _min("replica", 0), _min("as_of_zxid", 0)),
         (),
     ),
-    "controller_tenure": (
+    CONTROLLER_TENURE.name: (
         (
             _min("controller_id", 0),
             _min("controller_epoch", 0),
@@ -193,11 +208,11 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         ),
         (Derived.TENURE_ORDERED,),
     ),
-    "anomalies": (
+    ANOMALIES.name: (
         (_unique("anomaly_id"), _in("kind", ANOMALY_KINDS), _in("severity", SEVERITIES)),
         (),
     ),
-    "quality_results": ((_in("table_name", tuple(ALL_TABLES)),), ()),
+    QUALITY_RESULTS.name: ((_in("table_name", tuple(ALL_TABLES)),), ()),
 }
 
 

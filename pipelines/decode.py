@@ -43,7 +43,7 @@ SOURCE_RANK = {"txnlog": 0, "watch": 1, "resync": 2}
 UNKNOWN_SOURCE_RANK = 9
 
 _OUT_SCHEMA = T.StructType(
-    [*schema("metadata_events").fields,
+    [*schema(METADATA_EVENTS.name).fields,
      T.StructField("_seq", T.IntegerType()),
      T.StructField("_ok", T.BooleanType()),
      T.StructField("q_source", T.StringType()),

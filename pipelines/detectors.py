@@ -22,6 +22,7 @@ from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
+from models.tables import ANOMALIES
 from pipelines.arrow_ids import event_ids
 from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
 from pipelines.parallel import parallel_map
@@ -30,7 +31,7 @@ from pipelines.schemas import arrow_schema
 K = AnomalyKind
 Mask: TypeAlias = pa.Array | pa.ChunkedArray
 
-ANOMALY_SCHEMA = arrow_schema("anomalies")
+ANOMALY_SCHEMA = arrow_schema(ANOMALIES.name)
 _ROW_COLUMNS = ("topic", "partition", "replica", "broker", "controller_id", "controller_epoch")
 WRITE_DETAILS = ("leader", "leader_epoch", "controller_epoch", "isr", "replicas", "prev_leader", "prev_leader_epoch",
                  "prev_isr", "cur_controller_epoch")

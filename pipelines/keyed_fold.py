@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from models.tables import PARTITION_STATE, REPLICA_STATE
 from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_INPUT, FOLD_ORDER, FOLD_OUT
 from pipelines.parallel import concat_or_empty, parallel_map
 from pipelines.schemas import local_df, schema
@@ -129,8 +130,8 @@ def fold_spark(spark: SparkSession, meta: DataFrame, fanned: pa.Table, seeds_t: 
           ctx: GlobalContext, kafka_version: str) -> DataFrame:
     """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
     cols = FOLD_INPUT.fieldNames()
-    carried_ps = arrow_df(spark, seeds_t[0], schema("partition_state"))
-    carried_rs = arrow_df(spark, seeds_t[1], schema("replica_state"))
+    carried_ps = arrow_df(spark, seeds_t[0], schema(PARTITION_STATE.name))
+    carried_rs = arrow_df(spark, seeds_t[1], schema(REPLICA_STATE.name))
     keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
     fanned_df = arrow_df(spark, _conform(fanned, to_arrow_schema(FOLD_INPUT), ord=1), FOLD_INPUT)
     events = (keyed.withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from models.tables import ZNODE_EVENTS
 from simulator.payloads import topic_id
 
 log = logging.getLogger(__name__)
@@ -383,7 +384,7 @@ def write_offline(lake: object, events: int, partitions: int, brokers: int = 5, 
                 continue  # drain so the producer never blocks after an error
             seq, table, states = item
             try:
-                lake.append("znode_events", table, writer_id=writer, batch_seq=seq)  # type: ignore[attr-defined]
+                lake.append(ZNODE_EVENTS.name, table, writer_id=writer, batch_seq=seq)  # type: ignore[attr-defined]
             except BaseException as exc:  # re-raised in the caller's thread below
                 failure.append(exc)
                 continue

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from models.anomalies import describe
+from models.tables import ANOMALIES
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,9 @@ def run_demo(ctx: Any, *, scenario: str | None = None, kafka_version: str = "2.0
 
 
 def _anomalies(lake: Any) -> list[dict[str, Any]]:
-    if not lake.exists("anomalies"):
+    if not lake.exists(ANOMALIES.name):
         return []
-    rows: list[dict[str, Any]] = lake.read_arrow("anomalies").to_pylist()
+    rows: list[dict[str, Any]] = lake.read_arrow(ANOMALIES.name).to_pylist()
     return sorted(rows, key=lambda r: (r.get("zxid") or 0, str(r["kind"])))
 
 

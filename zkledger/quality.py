@@ -36,7 +36,7 @@ from models.states import (
     partition_valid_previous,
     replica_valid_previous,
 )
-from models.tables import ALL_TABLES
+from models.tables import ALL_TABLES, METADATA_EVENTS, PARTITION_TRANSITIONS, QUALITY_RESULTS
 from zkledger.errors import UserError
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _legal_flag_consistent(df: DataFrame, table: str, kafka_version: str | None)
     failover re-seed is no transition Kafka validates (the new controller re-initialises): always legal."""
     from pyspark.sql import functions as F
 
-    if table == "partition_transitions":
+    if table == PARTITION_TRANSITIONS.name:
         always = legal_pairs(partition_valid_previous(kafka_version) if kafka_version else PARTITION_VALID_PREVIOUS)
         sometimes: frozenset[tuple[str, str]] = always
     elif kafka_version:
@@ -165,7 +165,7 @@ def _partition_known(df: DataFrame, reference: Mapping[str, DataFrame]) -> DataF
     """Small left join against the distinct (cluster, topic, partition) of metadata_events."""
     from pyspark.sql import functions as F
 
-    meta = reference["metadata_events"]
+    meta = reference[METADATA_EVENTS.name]
     known = (
         meta.where(F.col("topic").isNotNull() & F.col("partition").isNotNull())
         .select("cluster", "topic", "partition")
@@ -197,7 +197,7 @@ def add_derived(
         if d is mq.Derived.LEGAL_FLAG_CONSISTENT:
             df = _legal_flag_consistent(df, suite.table, kafka_version)
         elif d is mq.Derived.PARTITION_KNOWN:
-            if "metadata_events" not in reference:
+            if METADATA_EVENTS.name not in reference:
                 log.info("%s: no metadata_events at hand, %s not checked", suite.table, d.value)
                 skipped.add(d.value)
                 continue
@@ -399,8 +399,8 @@ def run_quality(
     versions = {t: lake.version(t) for t in present}
     frames = {t: read_table(spark, lake, t, version=versions[t]) for t in present}
     reference = dict(frames)
-    if "metadata_events" not in reference and lake.exists("metadata_events"):
-        reference["metadata_events"] = read_table(spark, lake, "metadata_events")
+    if METADATA_EVENTS.name not in reference and lake.exists(METADATA_EVENTS.name):
+        reference[METADATA_EVENTS.name] = read_table(spark, lake, METADATA_EVENTS.name)
     docs_root = os.path.join(str(lake.root), QUALITY_DIR, "gx") if write_results else None
     report = run_quality_on_batch(spark, frames, reference=reference, kafka_version=kafka_version, docs_root=docs_root,
                                   table_versions=versions)
@@ -433,7 +433,7 @@ def store_results(lake: Lake, report: QualityReport) -> None:
     rows = result_rows(report)
     if rows:
         # one writer per run: the run id is fresh, so batch 0 is always new
-        lake.append("quality_results", rows, writer_id=f"check:{report.run_id}", batch_seq=0)
+        lake.append(QUALITY_RESULTS.name, rows, writer_id=f"check:{report.run_id}", batch_seq=0)
 
 
 def results_html(report: QualityReport) -> str:

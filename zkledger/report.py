@@ -19,6 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from models.events import MetadataEventType
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_TENURE,
+    METADATA_EVENTS,
+    PARTITION_TRANSITIONS,
+    QUALITY_RESULTS,
+)
 from zkledger.report_svg import Band, Lane, Marker, Segment, TimeScale, esc, lanes_svg, step_chart_svg
 
 if TYPE_CHECKING:
@@ -28,7 +35,7 @@ log = logging.getLogger(__name__)
 
 T = MetadataEventType
 Row = dict[str, Any]
-REPORT_TABLES = ("controller_tenure", "partition_transitions", "metadata_events", "anomalies", "quality_results")
+REPORT_TABLES = tuple(t.name for t in (CONTROLLER_TENURE, PARTITION_TRANSITIONS, METADATA_EVENTS, ANOMALIES, QUALITY_RESULTS))
 
 STATE_COLORS = {
     "NewPartition": "#9e9e9e",
@@ -66,9 +73,9 @@ def load_report_data(lake: Lake) -> ReportData:
 # ---------------------------------------------------------------------------------------------- time range
 def _times(data: ReportData) -> list[datetime]:
     out: list[datetime] = []
-    for r in data.rows("controller_tenure"):
+    for r in data.rows(CONTROLLER_TENURE.name):
         out += [t for t in (r.get("start_time"), r.get("end_time")) if t is not None]
-    for table in ("partition_transitions", "metadata_events", "anomalies"):
+    for table in (PARTITION_TRANSITIONS.name, METADATA_EVENTS.name, ANOMALIES.name):
         out += [r["event_time"] for r in data.rows(table) if r.get("event_time") is not None]
     return out
 
@@ -102,7 +109,7 @@ def tenure_overlaps(tenures: Sequence[Row], open_end: datetime) -> list[tuple[da
 
 def controller_section(data: ReportData, scale: TimeScale) -> str:
     tenures = sorted(
-        (r for r in data.rows("controller_tenure") if r.get("start_time") is not None),
+        (r for r in data.rows(CONTROLLER_TENURE.name) if r.get("start_time") is not None),
         key=lambda r: (r["start_time"], r["controller_id"]),
     )
     if not tenures:
@@ -164,13 +171,13 @@ def _ints(v: Iterable[int] | None) -> str:
 def partition_lanes(data: ReportData, topic: str, partition: int, scale: TimeScale) -> list[Lane]:
     end = scale.t1
     trans = [
-        r for r in data.rows("partition_transitions")
+        r for r in data.rows(PARTITION_TRANSITIONS.name)
         if r["topic"] == topic and r["partition"] == partition and r.get("event_time") is not None
     ]
     states = [Segment(s, e, v, STATE_COLORS.get(v, "#8d6e63"), f"{v}") for s, e, v in
               _spans([(r["event_time"], r["to_state"]) for r in sorted(trans, key=lambda r: r["zxid"])], end)]
     writes = sorted(
-        (r for r in data.rows("metadata_events")
+        (r for r in data.rows(METADATA_EVENTS.name)
          if r.get("type") == T.PARTITION_STATE_WRITTEN and r.get("topic") == topic
          and r.get("partition") == partition and r.get("event_time") is not None),
         key=lambda r: r["zxid"],
@@ -192,7 +199,7 @@ def partition_lanes(data: ReportData, topic: str, partition: int, scale: TimeSca
                                 f"isr [{_ints(isr)}] of replicas [{_ints(full)}]"))
     markers = [
         Marker(a["event_time"], SEVERITY_COLORS.get(a.get("severity", ""), "#c62828"), f"{a['kind']} ({a['severity']})")
-        for a in data.rows("anomalies")
+        for a in data.rows(ANOMALIES.name)
         if a.get("topic") == topic and a.get("partition") == partition and a.get("event_time") is not None
     ]
     return [Lane("state", states, markers), Lane("leader / epoch", leader_segs), Lane("ISR", isr_segs)]
@@ -200,7 +207,7 @@ def partition_lanes(data: ReportData, topic: str, partition: int, scale: TimeSca
 
 def _replicas_by_time(data: ReportData, topic: str, partition: int) -> Any:
     assigned = sorted(
-        (r for r in data.rows("metadata_events")
+        (r for r in data.rows(METADATA_EVENTS.name)
          if r.get("type") == T.PARTITION_ASSIGNED and r.get("topic") == topic and r.get("partition") == partition),
         key=lambda r: r["zxid"],
     )
@@ -217,7 +224,7 @@ def _replicas_by_time(data: ReportData, topic: str, partition: int) -> Any:
 
 def partitions_section(data: ReportData, scale: TimeScale) -> str:
     keys = sorted(
-        {(a["topic"], a["partition"]) for a in data.rows("anomalies")
+        {(a["topic"], a["partition"]) for a in data.rows(ANOMALIES.name)
          if a.get("topic") is not None and a.get("partition") is not None},
         key=lambda k: (str(k[0]), k[1]),
     )
@@ -225,7 +232,7 @@ def partitions_section(data: ReportData, scale: TimeScale) -> str:
         return "<p class='empty'>No partition had an anomaly.</p>"
     parts = []
     for topic, partition in keys:
-        kinds = sorted({a["kind"] for a in data.rows("anomalies")
+        kinds = sorted({a["kind"] for a in data.rows(ANOMALIES.name)
                         if a.get("topic") == topic and a.get("partition") == partition})
         parts.append(f"<h3><span class='tp'>{esc(topic)}-{esc(partition)}</span> "
                      f"<small>{esc(', '.join(kinds))}</small></h3>")
@@ -241,7 +248,7 @@ def offline_series(data: ReportData) -> list[tuple[datetime, float]]:
     """Number of partitions whose state is OfflinePartition, after each transition."""
     state: dict[tuple[str, int], str] = {}
     out = []
-    for r in sorted(data.rows("partition_transitions"), key=lambda r: r["zxid"]):
+    for r in sorted(data.rows(PARTITION_TRANSITIONS.name), key=lambda r: r["zxid"]):
         if r.get("event_time") is None:
             continue
         state[(r["topic"], r["partition"])] = r["to_state"]
@@ -254,7 +261,7 @@ def under_replicated_series(data: ReportData) -> list[tuple[datetime, float]]:
     replicas: dict[tuple[str, int], int] = {}
     isr: dict[tuple[str, int], int] = {}
     out = []
-    for r in sorted(data.rows("metadata_events"), key=lambda r: r["zxid"]):
+    for r in sorted(data.rows(METADATA_EVENTS.name), key=lambda r: r["zxid"]):
         topic, partition = r.get("topic"), r.get("partition")
         if topic is None or partition is None or r.get("event_time") is None:
             continue
@@ -274,7 +281,7 @@ def under_replicated_series(data: ReportData) -> list[tuple[datetime, float]]:
 def controller_changes_series(data: ReportData) -> list[tuple[datetime, float]]:
     """Cumulative number of controller elections."""
     elected = sorted(
-        (r for r in data.rows("metadata_events") if r.get("type") == T.CONTROLLER_ELECTED and r.get("event_time")),
+        (r for r in data.rows(METADATA_EVENTS.name) if r.get("type") == T.CONTROLLER_ELECTED and r.get("event_time")),
         key=lambda r: r["zxid"],
     )
     return [(r["event_time"], float(i + 1)) for i, r in enumerate(elected)]
@@ -314,7 +321,7 @@ def _compact(value: object) -> str:
 
 
 def anomalies_section(data: ReportData) -> str:
-    rows = sorted(data.rows("anomalies"), key=lambda a: (a.get("zxid") is None, a.get("zxid") or 0, a["kind"]))
+    rows = sorted(data.rows(ANOMALIES.name), key=lambda a: (a.get("zxid") is None, a.get("zxid") or 0, a["kind"]))
     if not rows:
         return "<p class='ok'>No anomalies.</p>"
     counts: dict[str, int] = defaultdict(int)
@@ -345,7 +352,7 @@ def anomalies_section(data: ReportData) -> str:
 
 
 def quality_section(data: ReportData) -> str:
-    rows = data.rows("quality_results")
+    rows = data.rows(QUALITY_RESULTS.name)
     if not rows:
         return "<p class='empty'>No quality check has run (<code>zkledger check</code>).</p>"
     last = max(rows, key=lambda r: r["run_at"])
@@ -384,11 +391,11 @@ svg{display:block;margin:4px 0}
 
 
 def _kpis(data: ReportData) -> str:
-    anomalies = data.rows("anomalies")
+    anomalies = data.rows(ANOMALIES.name)
     crit = sum(1 for a in anomalies if a.get("severity") == "critical")
     elections = len(controller_changes_series(data))
     parts = [("anomalies", len(anomalies)), ("critical", crit), ("controller elections", elections),
-             ("partition transitions", len(data.rows("partition_transitions")))]
+             ("partition transitions", len(data.rows(PARTITION_TRANSITIONS.name)))]
     return "".join(f"<div class='kpi'><b>{n}</b>{esc(label)}</div>" for label, n in parts)
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from models.anomalies import AnomalyKind, describe
+from models.tables import ANOMALIES
 from zkledger.errors import UserError
 from zkledger.sanitize import terminal_safe
 
@@ -39,8 +40,8 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     if args.kind is not None and args.kind not in AnomalyKind.__members__:
         raise UserError(f"unknown kind {args.kind!r}; one of: {', '.join(AnomalyKind.__members__)}")
     since = parse_time(args.since) if args.since else None
-    ctx.require_table("anomalies")
-    rows = select(ctx.lake.read_arrow("anomalies").to_pylist(), since, args.kind)
+    ctx.require_table(ANOMALIES.name)
+    rows = select(ctx.lake.read_arrow(ANOMALIES.name).to_pylist(), since, args.kind)
     for r in rows:
         if args.format == "json":
             print(json.dumps(r, default=str, sort_keys=True))

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from models.tables import CONTROLLER_TENURE, METADATA_EVENTS, PARTITION_TRANSITIONS
 from zkledger.errors import UserError
 
 STATE = "lab.json"
@@ -145,7 +146,7 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
 
     report = write_report(ctx.lake, os.path.join(ctx.lake_root, "zkledger-report.html"))[0]
     print(f"\nreport: {report}", file=sys.stdout)
-    check = verify.compare_state(res.tables["metadata_events"], res.tables["partition_transitions"], res.samples)
+    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples)
     return (f"kafka-lab: {len(res.phases)} scenarios on Kafka {args.kafka_version}; state matched Kafka at "
             f"{check.points - len(check.mismatches)} of {check.points} points; {len(res.anomalies)} anomalies; lake "
             f"{ctx.lake_root}")
@@ -155,8 +156,8 @@ def print_comparison(res: Any, out: Any) -> None:
     from kafkalab import verify
     from models.anomalies import describe
 
-    check = verify.compare_state(res.tables["metadata_events"], res.tables["partition_transitions"], res.samples)
-    logged, tenures = verify.logged_elections(res.logs_root), verify.tenures(res.tables["controller_tenure"])
+    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples)
+    logged, tenures = verify.logged_elections(res.logs_root), verify.tenures(res.tables[CONTROLLER_TENURE.name])
     print(f"state --at T vs Kafka: {check.points} settled points, {len(check.mismatches)} mismatches, "
           f"{check.unsettled} in flux, {check.pending_deletion} partitions of topics being deleted (Kafka omits them)",
           file=out)

@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from models.tables import (
+    ANOMALIES,
+    DECODE_QUARANTINE,
+    METADATA_EVENTS,
+    PARTITION_TRANSITIONS,
+    REPLICA_TRANSITIONS,
+)
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -19,6 +27,6 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
 
     counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake, ctx.settings.pipeline.local_max_rows,
                      ctx.settings.pipeline.rebuild_chunk_rows)
-    return (f"rebuilt {counts['metadata_events']} metadata events, {counts['partition_transitions']} partition and "
-            f"{counts['replica_transitions']} replica transitions, {counts['anomalies']} anomalies "
-            f"({counts['decode_quarantine']} quarantined)")
+    return (f"rebuilt {counts[METADATA_EVENTS.name]} metadata events, {counts[PARTITION_TRANSITIONS.name]} partition and "
+            f"{counts[REPLICA_TRANSITIONS.name]} replica transitions, {counts[ANOMALIES.name]} anomalies "
+            f"({counts[DECODE_QUARANTINE.name]} quarantined)")

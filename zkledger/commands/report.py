@@ -6,6 +6,7 @@ import argparse
 import os
 from typing import Any
 
+from models.tables import ANOMALIES, CONTROLLER_TENURE
 from zkledger.errors import UserError
 from zkledger.report import write_report
 
@@ -25,7 +26,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, ctx: Any) -> str:
     if os.path.isdir(args.out):
         raise UserError(f"--out {args.out}: is a directory; give the report's file name (e.g. {args.out}/report.html)")
-    ctx.require_table("anomalies")
+    ctx.require_table(ANOMALIES.name)
     path, data = write_report(ctx.lake, args.out)
-    n = len(data.rows("anomalies"))
-    return f"report written to {path} ({n} anomalies, {len(data.rows('controller_tenure'))} controller terms)"
+    n = len(data.rows(ANOMALIES.name))
+    return f"report written to {path} ({n} anomalies, {len(data.rows(CONTROLLER_TENURE.name))} controller terms)"

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from models.tables import METADATA_EVENTS, PARTITION_TRANSITIONS
 from zkledger.sanitize import terminal_safe
 
 
@@ -38,9 +39,10 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     from zkledger.commands.anomalies import parse_time
 
     at = parse_time(args.at) if args.at else None
-    ctx.require_table("metadata_events")
-    transitions = ctx.lake.read_arrow("partition_transitions").to_pylist() if ctx.lake.exists("partition_transitions") else []
-    st = state_at(ctx.lake.read_arrow("metadata_events").to_pylist(), transitions, zxid=args.zxid, at=at,
+    ctx.require_table(METADATA_EVENTS.name)
+    pt = PARTITION_TRANSITIONS.name
+    transitions = ctx.lake.read_arrow(pt).to_pylist() if ctx.lake.exists(pt) else []
+    st = state_at(ctx.lake.read_arrow(METADATA_EVENTS.name).to_pylist(), transitions, zxid=args.zxid, at=at,
                   topic=args.topic)
     if args.format == "json":
         print(json.dumps(st, default=str, sort_keys=True))
