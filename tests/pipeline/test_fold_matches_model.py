@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from engine.carry import MonitorCarry
 from engine.increment import _arrow_schema, _empty_arrow, run_increment
-from simulator import payloads as zc
 from models.events import MetadataEvent, MetadataEventType
 from models.fold import MetadataProjection, project_metadata
+from simulator import payloads as zc
 from tests.pipeline.history import History
 
 BROKERS = st.integers(1, 4)
