@@ -48,9 +48,9 @@ from pipelines.controller import (
 )
 from pipelines.decode import decode_table, decoded_znode_events, split_decoded
 from pipelines.fanout import fanout_rows
+from pipelines.fold_records import FOLD_RECORDS, FoldRecord
 from pipelines.keyed_fold import fold_local, fold_spark
 from pipelines.schemas import schema
-from pipelines.vector_fold import FOLD_RECORDS
 
 log = logging.getLogger(__name__)
 
@@ -167,11 +167,11 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
         fold = {rec: folded.filter(pc.equal(folded["rec"], rec)) for rec in FOLD_RECORDS}
     if decoded_df is not None:
         decoded_df.unpersist()
-    pt_t = fold["pt"].select(list(PARTITION_TRANSITIONS.column_names))
-    rt_t = fold["rt"].select(list(REPLICA_TRANSITIONS.column_names))
-    writes_t = fold["w"]
-    ps_t = merged_state(carried.partition_state, fold["ps"].select(list(PARTITION_STATE.column_names)))
-    rs_t = merged_state(carried.replica_state, fold["rs"].select(list(REPLICA_STATE.column_names)))
+    pt_t = fold[FoldRecord.PARTITION_TRANSITION].select(list(PARTITION_TRANSITIONS.column_names))
+    rt_t = fold[FoldRecord.REPLICA_TRANSITION].select(list(REPLICA_TRANSITIONS.column_names))
+    writes_t = fold[FoldRecord.WRITE]
+    ps_t = merged_state(carried.partition_state, fold[FoldRecord.PARTITION_STATE].select(list(PARTITION_STATE.column_names)))
+    rs_t = merged_state(carried.replica_state, fold[FoldRecord.REPLICA_STATE].select(list(REPLICA_STATE.column_names)))
 
     dec_t = decisions if isinstance(decisions, pa.Table) else decisions.select(*CONTROLLER_DECISIONS.column_names).toArrow()
     log_terms_t = merge_log_terms(carried.log_terms, dec_t, cluster) if dec_t.num_rows or not carried.empty \

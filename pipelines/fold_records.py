@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
+
+
+class FoldRecord(StrEnum):
+    """The kind of a fold output record (its ``rec`` column); the transition kinds are also the machine part of
+    their step ids (``models.ids.step_id``)."""
+
+    PARTITION_TRANSITION = "pt"
+    REPLICA_TRANSITION = "rt"
+    WRITE = "w"  # a partition state write with the view before it and the cluster context, for the detectors
+    PARTITION_STATE = "ps"
+    REPLICA_STATE = "rs"
+
+
+FOLD_RECORDS = tuple(FoldRecord)
+"""The record kinds in output order."""
+
 
 FOLD_OUT = T.StructType([
     T.StructField("rec", T.StringType()), T.StructField("cluster", T.StringType()),

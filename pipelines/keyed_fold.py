@@ -20,11 +20,11 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from models.tables import PARTITION_STATE, REPLICA_STATE
-from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_INPUT, FOLD_ORDER, FOLD_OUT
+from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_INPUT, FOLD_ORDER, FOLD_OUT, FOLD_RECORDS
 from pipelines.parallel import concat_or_empty, parallel_map
 from pipelines.schemas import local_df, schema
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
-from pipelines.vector_fold import FOLD_RECORDS, fold_parts, fold_table, int_codes
+from pipelines.vector_fold import fold_parts, fold_table, int_codes
 
 
 def _key_codes(*tables: pa.Table) -> list[pa.Array]:

@@ -25,6 +25,7 @@ from models.events import MetadataEvent, MetadataEventType
 from models.fold import PartitionFold, PartitionView, deletion_pending
 from models.ids import step_id
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
+from pipelines.fold_records import FoldRecord
 
 T = MetadataEventType
 
@@ -155,7 +156,7 @@ class BucketFolder:
     @staticmethod
     def _step_record(v: KeyView, row: dict[str, Any], n: int, replica: int | None, before: str, target: str,
                      legal: bool, cause: str) -> dict[str, Any]:
-        machine = "pt" if replica is None else "rt"
+        machine = FoldRecord.PARTITION_TRANSITION.value if replica is None else FoldRecord.REPLICA_TRANSITION.value
         rec = {
             "rec": machine, "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "zxid": row["zxid"],
             "event_time": row["event_time"], "from_state": before, "to_state": target, "legal": legal,
@@ -171,7 +172,8 @@ class BucketFolder:
         leader = row["leader"]
         live = self.ctx.broker_live_at(leader, row["zxid"]) if leader is not None and leader >= 0 else None
         return {
-            "rec": "w", "cluster": v.cluster, "topic": v.topic, "partition": v.partition, "zxid": row["zxid"],
+            "rec": FoldRecord.WRITE.value, "cluster": v.cluster, "topic": v.topic, "partition": v.partition,
+            "zxid": row["zxid"],
             "event_time": row["event_time"], "event_id": row["event_id"], "leader": leader,
             "leader_epoch": row["leader_epoch"], "controller_epoch": row["controller_epoch"], "isr": row["isr"],
             "replicas": v.replicas, "prev_leader": v.leader, "prev_leader_epoch": v.leader_epoch,
@@ -184,9 +186,9 @@ class BucketFolder:
         base = {"cluster": v.cluster, "topic": v.topic, "partition": v.partition, "leader": v.leader,
                 "leader_epoch": v.leader_epoch, "isr": v.isr, "replicas": v.replicas,
                 "as_of_zxid": v.as_of_zxid, "event_time": v.event_time}
-        yield {**base, "rec": "ps", "state": v.state, "controller_epoch": v.controller_epoch}
+        yield {**base, "rec": FoldRecord.PARTITION_STATE.value, "state": v.state, "controller_epoch": v.controller_epoch}
         for r in sorted(v.replica_states):
-            yield {**base, "rec": "rs", "replica": r, "state": v.replica_states[r]}
+            yield {**base, "rec": FoldRecord.REPLICA_STATE.value, "replica": r, "state": v.replica_states[r]}
 
 
 def _event(row: dict[str, Any]) -> MetadataEvent:

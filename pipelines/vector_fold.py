@@ -39,7 +39,7 @@ from models.fold import (
 )
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState, parse_kafka_version
 from pipelines.arrow_ids import step_ids
-from pipelines.fold_records import FOLD_ARROW_SCHEMA
+from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_RECORDS, FoldRecord
 from pipelines.list_kernels import flat, member_of_row, padded
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 
@@ -198,7 +198,6 @@ def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
     return tuple(int(x) for x in state_map)
 
 
-FOLD_RECORDS = ("pt", "rt", "w", "ps", "rs")  # the fold's record kinds (its ``rec`` column), in output order
 
 
 _TABLES: dict[str, _Tables] = {}
@@ -245,9 +244,9 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
         boundary = boundary[~slow_key[key]]
     if rows.num_rows:
         offline_after_reseed = parse_kafka_version(kafka_version) >= (2, 3)
-        for rec, table in _FastFold(rows, boundary, ctx, _tables(kafka_version), schema,
-                                    offline_after_reseed).run().items():
-            parts[rec].append(table)
+        for kind, table in _FastFold(rows, boundary, ctx, _tables(kafka_version), schema,
+                                     offline_after_reseed).run().items():
+            parts[kind].append(table)
     return {rec: pa.concat_tables(tables) if len(tables) != 1 else tables[0] for rec, tables in parts.items()}
 
 
@@ -347,8 +346,8 @@ class _FastFold:
         self.dates_view = ~(self.is_elect | self.is_reg | self.is_dereg) | stepped
         finals_rs = self._replica_finals(*replica_finals)
         pt, rt = self._number_steps(pt_steps, rt_steps)
-        return {"pt": pt, "rt": rt, "w": self._writes(), "ps": self._partition_finals(pt_steps["final"]),
-                "rs": finals_rs}
+        return {FoldRecord.PARTITION_TRANSITION: pt, FoldRecord.REPLICA_TRANSITION: rt, FoldRecord.WRITE: self._writes(),
+                FoldRecord.PARTITION_STATE: self._partition_finals(pt_steps["final"]), FoldRecord.REPLICA_STATE: finals_rs}
 
     # -- partition machine --------------------------------------------------------------------------------
     def _partition_steps(self) -> dict[str, Any]:
@@ -524,8 +523,8 @@ class _FastFold:
         step_n = np.empty(len(order), np.int64)
         step_n[order] = rank
         n_pt = len(pt["row"])
-        return [self._transitions("pt", pt, step_n[:n_pt], PARTITION_STATES_BY_CODE),
-                self._transitions("rt", rt, step_n[n_pt:], REPLICA_STATES_BY_CODE)]
+        return [self._transitions(FoldRecord.PARTITION_TRANSITION, pt, step_n[:n_pt], PARTITION_STATES_BY_CODE),
+                self._transitions(FoldRecord.REPLICA_TRANSITION, rt, step_n[n_pt:], REPLICA_STATES_BY_CODE)]
 
     def _transitions(self, rec: str, s: dict[str, Any], step_n: IntArray, names: Sequence[object]) -> pa.Table:
         rows, r = self.rows, pa.array(s["row"], pa.int64())
@@ -550,7 +549,7 @@ class _FastFold:
         before = self.lw_before[w]
         leader = self.leader[w]
         cols: dict[str, Any] = {
-            "rec": pa.repeat(pa.scalar("w"), len(w)),
+            "rec": pa.repeat(pa.scalar(FoldRecord.WRITE.value), len(w)),
             **{c: pc.take(rows[c], r) for c in ("cluster", "topic", "partition", "zxid", "event_time", "event_id",
                                                 "leader", "leader_epoch", "controller_epoch", "isr")},
             "replicas": _take(rows["replicas"], self.ra_at[w]),
@@ -613,7 +612,7 @@ class _FastFold:
     def _partition_finals(self, final_codes: IntArray) -> pa.Table:
         names = PARTITION_NAMES
         cols = self._view_cols(self.key_last)
-        cols["rec"] = pa.repeat(pa.scalar("ps"), len(self.key_last))
+        cols["rec"] = pa.repeat(pa.scalar(FoldRecord.PARTITION_STATE.value), len(self.key_last))
         cols["state"] = pc.take(names, pa.array(final_codes))
         cols["controller_epoch"] = _take(self.rows["controller_epoch"], self.lw_at[self.key_last])
         return self._table(cols, len(self.key_last))
@@ -624,7 +623,7 @@ class _FastFold:
         order = np.lexsort((replicas, self.key_of[rows]))
         key_rows, replicas, codes = key_rows[order], replicas[order], codes[order]
         cols = self._view_cols(key_rows)
-        cols["rec"] = pa.repeat(pa.scalar("rs"), len(key_rows))
+        cols["rec"] = pa.repeat(pa.scalar(FoldRecord.REPLICA_STATE.value), len(key_rows))
         cols["replica"] = pa.array(replicas, pa.int32())
         cols["state"] = pc.take(names, pa.array(codes))
         return self._table(cols, len(key_rows))
