@@ -46,7 +46,10 @@ def lab(request: pytest.FixtureRequest, zk_server: object, tmp_path_factory: pyt
 def phase(res: LabResult, name: str) -> verify.Phase:
     found = [p for p in res.phases if p.name == name]
     if not found:
-        pytest.skip(f"scenario {name} is not played on Kafka {res.line} in this run")
+        # CI plays every scenario on 3.9 and only the faults on 2.8, to keep the suite's time; the routine
+        # operations on 2.8 run with KAFKA_MATRIX=1
+        pytest.skip(f"scenario {name} is played on Kafka {res.line} only in the long matrix (KAFKA_MATRIX=1); "
+                    f"CI plays it on 3.9")
     return found[0]
 
 
