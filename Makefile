@@ -62,8 +62,11 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Two pytest workers (pytest-xdist), one test file each at a time: module fixtures (a Kafka cluster, a scenario's
+# runs) are built once. TEST_WORKERS=0 runs the suite in the calling process.
+TEST_WORKERS ?= 2
 test: venv java jars browser lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests
 
 demo: venv java jars
 	$(VENV)/bin/zkledger --lake $(LAKE) demo
