@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
+from models.anomalies import AnomalyKind
 from models.tables import ANOMALIES, ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def _poll(lake: Any, seen: dict[int, float], lock: threading.Lock, stop: threadi
             now = time.time()
             with lock:
                 for r in rows:
-                    if r["kind"] == "ZOMBIE_CONTROLLER_WRITE" and r["zxid"] is not None:
+                    if r["kind"] == AnomalyKind.ZOMBIE_CONTROLLER_WRITE and r["zxid"] is not None:
                         seen.setdefault(r["zxid"], now)
         stop.wait(every)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.increment import DERIVED_TABLES
 from engine.writes import BRONZE_VERSIONS_KEY, MONITOR_WRITER, REBUILD_WRITER, WRITER_KEY
+from models.tables import PARTITION_STATE
 from zkledger.errors import UserError
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIDECAR = "zkledger-monitor.json"
-STATE_TABLE = "partition_state"  # written last by both writers: its newest commit says who wrote last
+STATE_TABLE = PARTITION_STATE.name  # written last by both writers: its newest commit says who wrote last
 
 
 @dataclass(frozen=True)

@@ -43,10 +43,17 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 
 from lakehouse.spark_io import stream_table, write_batch
 from models.states import DEFAULT_KAFKA_VERSION
-from models.tables import PARTITION_STATE, PARTITION_TRANSITIONS, REPLICA_STATE, REPLICA_TRANSITIONS
+from models.tables import (
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+    ZNODE_EVENTS,
+)
 from pipelines.bucket_fold import BROADCAST_TYPES, FOLDED_TYPES, BucketState, fold_bucket
 from pipelines.decode import decode_table
-from pipelines.fold_records import FOLD_OUT
+from pipelines.fold_records import FOLD_OUT, FoldRecord
 from pipelines.schemas import schema
 
 if TYPE_CHECKING:
@@ -60,11 +67,12 @@ DEFAULT_BUCKETS = 32
 """Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
 BUCKET_COLUMN = "bucket"
 SEQ_COLUMN = "seq"  # ``_seq`` while grouped: pandas frames of transformWithStateInPandas rename "_x" columns
-META_SEQ = T.StructType([*schema("metadata_events").fields, T.StructField("_seq", T.IntegerType())])
+META_SEQ = T.StructType([*schema(METADATA_EVENTS.name).fields, T.StructField("_seq", T.IntegerType())])
 """A decoded metadata event as the fold reads it (``_seq``: its order within its zxid)."""
-STATE_STRUCT = T.StructType([T.StructField(n, T.BinaryType()) for n in ("partition_state", "replica_state",
+STATE_STRUCT = T.StructType([T.StructField(n, T.BinaryType()) for n in (PARTITION_STATE.name, REPLICA_STATE.name,
                                                                         "global_events")])
-STATE_RECORDS = ("pt", "rt", "ps", "rs")
+STATE_RECORDS = (FoldRecord.PARTITION_TRANSITION, FoldRecord.REPLICA_TRANSITION, FoldRecord.PARTITION_STATE,
+                 FoldRecord.REPLICA_STATE)
 """The fold records the query emits (the enriched writes ``w`` feed detectors, not run here)."""
 
 _META_ARROW = to_arrow_schema(META_SEQ)
@@ -150,15 +158,15 @@ class FoldBatchWriter:
         records = records.persist()
         try:
             rec = F.col("rec")
-            for table, kind, spec in (("partition_transitions", "pt", PARTITION_TRANSITIONS),
-                                      ("replica_transitions", "rt", REPLICA_TRANSITIONS)):
-                write_batch(records.filter(rec == kind).select(*spec.column_names), self.lake, table, self.writer_id,
-                            batch_id)
+            for kind, spec in ((FoldRecord.PARTITION_TRANSITION, PARTITION_TRANSITIONS),
+                               (FoldRecord.REPLICA_TRANSITION, REPLICA_TRANSITIONS)):
+                write_batch(records.filter(rec == str(kind)).select(*spec.column_names), self.lake, spec.name,
+                            self.writer_id, batch_id)
             # the state tables last: a committed state means the whole batch is
-            self._merge(records.filter(rec == "ps").select(*PARTITION_STATE.column_names), "partition_state",
-                        ("cluster", "topic", "partition"), batch_id)
-            self._merge(records.filter(rec == "rs").select(*REPLICA_STATE.column_names), "replica_state",
-                        ("cluster", "topic", "partition", "replica"), batch_id)
+            self._merge(records.filter(rec == str(FoldRecord.PARTITION_STATE)).select(*PARTITION_STATE.column_names),
+                        PARTITION_STATE.name, PARTITION_STATE.key, batch_id)
+            self._merge(records.filter(rec == str(FoldRecord.REPLICA_STATE)).select(*REPLICA_STATE.column_names),
+                        REPLICA_STATE.name, REPLICA_STATE.key, batch_id)
         finally:
             records.unpersist()
 
@@ -216,7 +224,7 @@ def start_stateful_fold(spark: SparkSession, lake: Lake, checkpoint: str | Path,
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     if available_now == (processing_time is not None):
         raise ValueError("give available_now or processing_time, one of them")
-    bronze = stream_table(spark, lake, "znode_events", after_version=after_version,
+    bronze = stream_table(spark, lake, ZNODE_EVENTS.name, after_version=after_version,
                           max_files_per_trigger=max_files_per_trigger)
     writer = (fold_stream(bronze, buckets, kafka_version).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(FoldBatchWriter(lake, writer_id)))

@@ -16,6 +16,7 @@ import pyarrow as pa
 from engine.increment import APPEND_TABLES, DERIVED_TABLES, STATE_TABLES, Outputs
 from lakehouse.lake import crash_point
 from lakehouse.spark_io import write_batch
+from models.tables import ANOMALIES
 
 if TYPE_CHECKING:
     from lakehouse import Lake
@@ -70,4 +71,4 @@ def write_increment(out: Outputs, lake: Lake, writer_id: str, batch_seq: int) ->
                     metadata=meta)
 
     write_tables(write, batch_seq)
-    return out["anomalies"]
+    return out[ANOMALIES.name]

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from models.tables import PARTITION_STATE, REPLICA_STATE
 from pipelines.controller import GLOBAL_TYPES, replay
 from pipelines.fanout import TOPIC_LEVEL_TYPES, fanned_events, fanout_rows, touched_by_fanout
 from pipelines.keyed_fold import _key_codes, fold_local
@@ -48,7 +49,7 @@ class BucketState:
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
-        return cls(arrow_schema("partition_state").empty_table(), arrow_schema("replica_state").empty_table(),
+        return cls(arrow_schema(PARTITION_STATE.name).empty_table(), arrow_schema(REPLICA_STATE.name).empty_table(),
                    _global_schema(meta_schema).empty_table())
 
     def to_bytes(self) -> tuple[bytes, bytes, bytes]:

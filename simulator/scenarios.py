@@ -15,6 +15,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from models.anomalies import AnomalyKind as K
 from models.states import PartitionState, ReplicaState, parse_kafka_version
 from simulator import payloads
 from simulator.cluster import Cluster, Controller, PartitionView, ZnodeWrite
@@ -47,13 +48,13 @@ SCENARIOS: dict[str, Scenario] = {
         "brokers": 3, "topics": [_topic("orders", 3)],
         "steps": [*_START, {"op": "zombie", "topic": "orders"}, {"op": "checkpoint", "name": "after-zombie"}],
         "expected_anomalies": [
-            {"kind": "ZOMBIE_CONTROLLER_WRITE", "topic": "orders", "partition": "$zombie", "versions": "<2.1"},
+            {"kind": K.ZOMBIE_CONTROLLER_WRITE, "topic": "orders", "partition": "$zombie", "versions": "<2.1"},
             # All versions: fencing only stops the ZooKeeper write; the zombie still logs controller
             # actions at its old epoch (Sending LeaderAndIsr ... epoch=1) after the successor's election at epoch 2,
             # which is SPLIT_BRAIN (one-controller, docs/invariants.md): decisions of two ids, overlapping terms.
-            {"kind": "SPLIT_BRAIN"},
-            {"kind": "FENCED_CONTROLLER_WRITE", "versions": ">=2.1"},
-            {"kind": "STALE_CONTROLLER_REQUEST"},
+            {"kind": K.SPLIT_BRAIN},
+            {"kind": K.FENCED_CONTROLLER_WRITE, "versions": ">=2.1"},
+            {"kind": K.STALE_CONTROLLER_REQUEST},
         ],
     },
     "illegal-transition": {
@@ -61,8 +62,8 @@ SCENARIOS: dict[str, Scenario] = {
         "steps": [*_START, {"op": "force_partition_state", "topic": "orders", "partition": 1, "to": "NonExistentPartition"}],
         # One ERROR record: "failed to change state ... from OnlinePartition to NonExistentPartition" + IllegalStateException.
         "expected_anomalies": [
-            {"kind": "ILLEGAL_PARTITION_TRANSITION", "topic": "orders", "partition": 1},
-            {"kind": "FAILED_STATE_CHANGE", "topic": "orders", "partition": 1},
+            {"kind": K.ILLEGAL_PARTITION_TRANSITION, "topic": "orders", "partition": 1},
+            {"kind": K.FAILED_STATE_CHANGE, "topic": "orders", "partition": 1},
         ],
     },
     "topic-deletion": {"brokers": 3, "topics": [_topic("orders", 2), _topic("scratch", 2)],
@@ -78,12 +79,12 @@ SCENARIOS: dict[str, Scenario] = {
                   {"op": "crash", "broker": "follower:logs-0"}, {"op": "crash", "broker": "leader:logs-0"},
                   {"op": "checkpoint", "name": "offline"}, {"op": "restart", "broker": "crashed:0"}, {"op": "checkpoint", "name": "after-unclean"}],
         "expected_anomalies": [
-            {"kind": "OFFLINE_PARTITION", "topic": "logs", "partition": 0},
-            {"kind": "UNCLEAN_LEADER_ELECTION", "topic": "logs", "partition": 0},
+            {"kind": K.OFFLINE_PARTITION, "topic": "logs", "partition": 0},
+            {"kind": K.UNCLEAN_LEADER_ELECTION, "topic": "logs", "partition": 0},
             # With both replicas down the controller's OfflinePartition -> OnlinePartition election fails and it logs
             # "failed to change state ... StateChangeFailedException: Failed to elect leader" (the simulator writes
             # it): a real FAILED_STATE_CHANGE, before the restart allows the unclean election.
-            {"kind": "FAILED_STATE_CHANGE", "topic": "logs", "partition": 0},
+            {"kind": K.FAILED_STATE_CHANGE, "topic": "logs", "partition": 0},
         ],
     },
     "isr-shrink-expand": {"brokers": 3, "topics": [_topic("orders", 2)],
