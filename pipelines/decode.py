@@ -197,7 +197,7 @@ def _payload_verdicts(unique: list[bytes]) -> list[PartitionStatePayload | None]
 def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[pa.Table | None, pa.RecordBatch]:
     """(decoded rows of the valid partition state writes in ``batch``, the other rows for ``decode_row``).
 
-    Exactly what ``decode_row`` yields for those rows (``tests/unit/test_fast_decode.py``): the codec validates
+    Exactly what ``decode_row`` yields for those rows (``tests/pipelines/test_fast_decode.py``): the codec validates
     each DISTINCT payload once (``partition_state_payload``), everything per row is an Arrow kernel.
     """
     if batch.num_rows == 0:
@@ -259,7 +259,7 @@ def fast_topic_assignments(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tu
     A topic's assignment fans out into one PARTITION_ASSIGNED event per partition (a cluster's creation is
     one such row per topic, thousands of events each). The codec validates each payload
     (``topic_assignment``); the per-event columns are built whole, not as one dict per event. Exactly what
-    ``decode_row`` yields for those rows (``tests/unit/test_fast_decode.py``).
+    ``decode_row`` yields for those rows (``tests/pipelines/test_fast_decode.py``).
     """
     if batch.num_rows == 0:
         return None, batch

@@ -13,7 +13,7 @@ with a ``rec`` discriminator) and the same rules, but without a Python call per 
 * keys with a deletion (request) or a reassignment that drops a replica in the increment (rare: their deletion
   flow takes several steps per replica), or whose carried replicas are deleting (``models.fold.deletion_pending``:
   a write then moves nothing to Online), go through ``BucketFolder`` row by row;
-  ``tests/unit/test_vector_fold.py`` checks both agree on random histories.
+  ``tests/pipelines/test_vector_fold.py`` checks both agree on random histories.
 """
 
 from __future__ import annotations

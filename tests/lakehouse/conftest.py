@@ -8,7 +8,8 @@ The Spark session is only started for the ``connector`` cases.
 from __future__ import annotations
 
 import pytest
-from delta_engines import ENGINES, Connector, DeltaEngine, DeltaRs
+
+from tests.lakehouse.delta_engines import ENGINES, Connector, DeltaEngine, DeltaRs
 
 
 def _engine(request: pytest.FixtureRequest, name: str) -> DeltaEngine:

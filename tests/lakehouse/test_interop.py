@@ -13,7 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from delta_engines import Connector, DeltaEngine, sample_rows
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from pyspark.sql import SparkSession
 
@@ -26,6 +25,7 @@ from lakehouse.maintenance import (
 )
 from lakehouse.spark_schema import spark_schema
 from models.tables import ALL_TABLES
+from tests.lakehouse.delta_engines import Connector, DeltaEngine, sample_rows
 from zkledger.spark import DELTA_FEATURE_DEFAULTS
 
 TABLE = "partition_transitions"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from lake_append_loop import WRITER, batch_rows
 
 from lakehouse import Lake, arrow_schema
 from lakehouse.lake import CRASH_ENV
 from models.tables import ALL_TABLES
+from tests.lakehouse.lake_append_loop import WRITER, batch_rows
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HERE = Path(__file__).parent

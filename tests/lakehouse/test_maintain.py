@@ -10,7 +10,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from delta_engines import Connector, sample_rows
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -22,6 +21,7 @@ from lakehouse.maintenance import (
     stream_floors,
     zxid_depth,
 )
+from tests.lakehouse.delta_engines import Connector, sample_rows
 from zkledger.cli import main
 
 DAY = 86400

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lake_append_loop import batch_rows
 
 from lakehouse import Lake, arrow_schema
 from lakehouse.lake import CRASH_ENV
 from lakehouse.spark_io import read_table, stream_table, write_batch
 from lakehouse.spark_schema import spark_schema
 from models.tables import ALL_TABLES
+from tests.lakehouse.lake_append_loop import batch_rows
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).parent

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-from sim_invariants import decode_rows, fold, invariant_breaks
 
 from lakehouse import Lake
 from models.states import PartitionState, ReplicaState
 from simulator import payloads
 from simulator.offline import KAFKA_VERSION, fast_state_payloads, preamble_table, replicas_of, write_offline
+from tests.simulator.sim_invariants import decode_rows, fold, invariant_breaks
 
 
 def test_fast_payloads_match_encoder() -> None:

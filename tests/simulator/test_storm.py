@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
-from sim_invariants import decode_rows, fold, invariant_breaks
 
 from simulator.scenarios import run_scenario
+from tests.simulator.sim_invariants import decode_rows, fold, invariant_breaks
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.users import sample_data as sd
+from tests import sample_data as sd
 from zkledger import cli
 from zkledger.report import (
     ReportData,

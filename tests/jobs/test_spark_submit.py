@@ -15,7 +15,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from tests.users import sample_data as sd
+from tests import sample_data as sd
 from zkledger.quality import run_quality
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tests.users import sample_data as sd
+from tests import sample_data as sd
 
 RUNS = 100
 WORKERS = 4  # processes at a time: the race is per process, so parallel runs test it as well

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.users import sample_data as sd
+from tests import sample_data as sd
 from zkledger.cli import main
 
 
