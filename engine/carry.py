@@ -18,6 +18,16 @@ from engine.increment import (
     widened_txnlog_range,
 )
 from engine.writes import MONITOR_WRITER
+from models.events import MetadataEventType
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    CONTROLLER_TENURE,
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    REPLICA_STATE,
+    ZNODE_EVENTS,
+)
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 
 if TYPE_CHECKING:
@@ -87,31 +97,31 @@ class MonitorCarry:
         import pyarrow.dataset as ds
 
         self.lake = lake
-        for table in ("metadata_events", "partition_state", "replica_state", "controller_tenure", "anomalies",
+        for table in (METADATA_EVENTS.name, PARTITION_STATE.name, REPLICA_STATE.name, CONTROLLER_TENURE.name, ANOMALIES.name,
                       *STREAMED_TABLES):
             lake.ensure(table)
         self.versions = complete_versions(lake)
         at = self.versions
         meta_type = ds.field("type")
-        global_rows: list[dict[str, Any]] = lake.scan("metadata_events", where=meta_type.isin(GLOBAL_TYPES),
-                                                      version=at["metadata_events"]).to_pylist()
-        writes = lake.scan("metadata_events", ["topic", "partition", "leader", "leader_epoch"],
-                           where=meta_type == "PARTITION_STATE_WRITTEN", version=at["metadata_events"])
+        global_rows: list[dict[str, Any]] = lake.scan(METADATA_EVENTS.name, where=meta_type.isin(GLOBAL_TYPES),
+                                                      version=at[METADATA_EVENTS.name]).to_pylist()
+        writes = lake.scan(METADATA_EVENTS.name, ["topic", "partition", "leader", "leader_epoch"],
+                           where=meta_type == str(MetadataEventType.PARTITION_STATE_WRITTEN), version=at[METADATA_EVENTS.name])
         writes = distinct_writes(writes)
-        txn = lake.scan("znode_events", ["zxid"], where=ds.field("source") == "txnlog")["zxid"]
+        txn = lake.scan(ZNODE_EVENTS.name, ["zxid"], where=ds.field("source") == "txnlog")["zxid"]
         lo, hi = (v.as_py() for v in pc.min_max(txn).values())
-        terms = lake.read_arrow("controller_tenure", at["controller_tenure"])
+        terms = lake.read_arrow(CONTROLLER_TENURE.name, at[CONTROLLER_TENURE.name])
         self.carried = Carried(
-            partition_state=lake.read_arrow("partition_state", at["partition_state"]),
-            replica_state=lake.read_arrow("replica_state", at["replica_state"]),
+            partition_state=lake.read_arrow(PARTITION_STATE.name, at[PARTITION_STATE.name]),
+            replica_state=lake.read_arrow(REPLICA_STATE.name, at[REPLICA_STATE.name]),
             log_terms=terms.filter(pc.equal(terms["source"], "logs")), global_events=global_rows,
             zk_writes=writes, known_ids=self.committed_ids, txnlog_max_zxid=hi, txnlog_min_zxid=lo,
             # ids already in `anomalies` are not added again (a finding re-found by a later batch);
             # resignation marks may include decisions not streamed yet: they are keyed by event id
-            known_anomaly_ids=set(lake.scan("anomalies", ["anomaly_id"], version=at["anomalies"])["anomaly_id"].to_pylist()),
-            resigns=resign_marks(lake.scan("controller_decisions", list(RESIGN_COLUMNS))),
+            known_anomaly_ids=set(lake.scan(ANOMALIES.name, ["anomaly_id"], version=at[ANOMALIES.name])["anomaly_id"].to_pylist()),
+            resigns=resign_marks(lake.scan(CONTROLLER_DECISIONS.name, list(RESIGN_COLUMNS))),
         )
-        top = pc.max(lake.scan("metadata_events", ["zxid"], version=at["metadata_events"])["zxid"]).as_py()
+        top = pc.max(lake.scan(METADATA_EVENTS.name, ["zxid"], version=at[METADATA_EVENTS.name])["zxid"]).as_py()
         self.recent = RecentIds(floor=None if top is None else top + 1)
         self.last_batch: int | None = None  # the last micro-batch this process committed
 
@@ -132,25 +142,25 @@ class MonitorCarry:
         if self.recent.covers(lo):
             return self.recent.between(lo, hi)
         # until this process commits, as of the last complete batch: a replayed batch's own rows are not "earlier"
-        version = self.versions["metadata_events"] if self.last_batch is None else None
-        found = self.lake.scan("metadata_events", ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi),
+        version = self.versions[METADATA_EVENTS.name] if self.last_batch is None else None
+        found = self.lake.scan(METADATA_EVENTS.name, ["event_id"], where=(ds.field("zxid") >= lo) & (ds.field("zxid") <= hi),
                                version=version)
         return set(found["event_id"].to_pylist())
 
     def advance(self, out: Outputs) -> None:
         """The state after ``out`` was committed."""
         c = self.carried
-        meta = out["metadata_events"]
-        terms = out["controller_tenure"]
-        writes = meta.filter(pc.equal(meta["type"], "PARTITION_STATE_WRITTEN")).select(["topic", "partition", "leader", "leader_epoch"])
+        meta = out[METADATA_EVENTS.name]
+        terms = out[CONTROLLER_TENURE.name]
+        writes = meta.filter(pc.equal(meta["type"], str(MetadataEventType.PARTITION_STATE_WRITTEN))).select(["topic", "partition", "leader", "leader_epoch"])
         lo, hi = out.txnlog_bounds
-        c.partition_state, c.replica_state = out["partition_state"], out["replica_state"]
+        c.partition_state, c.replica_state = out[PARTITION_STATE.name], out[REPLICA_STATE.name]
         c.log_terms = terms.filter(pc.equal(terms["source"], "logs"))
         c.global_events = c.global_events + meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
         c.zk_writes = distinct_writes(writes if c.zk_writes is None
                                       else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)]))
         c.txnlog_min_zxid, c.txnlog_max_zxid = widened_txnlog_range(c, lo, hi)
-        c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out["anomalies"]["anomaly_id"].to_pylist())
+        c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out[ANOMALIES.name]["anomaly_id"].to_pylist())
         c.resigns = out.resigns
         c.empty = False
         self.recent.add(meta["zxid"], meta["event_id"])

@@ -9,7 +9,6 @@ process.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from pipelines import detectors as D
 from pipelines.bucket_fold import merged_state, touched_seeds
 from pipelines.controller import (
     DEFAULT_NO_CONTROLLER_THRESHOLD,
+    GAP_SOURCE,
     GLOBAL_TYPES,
     no_active_controller,
     replay,
@@ -179,7 +179,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     zk_terms_t = _arrow_of(timeline.tenure, CONTROLLER_TENURE.name)
     tenure_t = pa.concat_tables([zk_terms_t, log_terms_t.cast(zk_terms_t.schema)])
 
-    global_anoms = [{k: v for k, v in a.items() if k != "_trigger"} for a in timeline.anomalies
+    global_anoms = [{k: v for k, v in a.items() if not k.startswith("_")} for a in timeline.anomalies
                     if a["_trigger"] in increment_ids and not _covered_gap(a, txn_range)]
     parts = [D.detect_illegal_transitions(pt_t, rt_t), D.write_anomalies(writes_t),
              D.detect_collection_gaps(_gap_rows(znode_events), txn_range)]
@@ -197,7 +197,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     found_t = D.concat(parts)
     # controller findings on the driver: resignations vs the whole zk timeline, zombie writes vs zk terms
     resigns = resign_marks(dec_t, carried.resigns or [])
-    zombies = found_t.filter(pc.equal(found_t["kind"], str(AnomalyKind.ZOMBIE_CONTROLLER_WRITE))).to_pylist()
+    zombies = writes_t.filter(D.zombie_write_mask(writes_t)).select(list(_ZOMBIE_WRITE_COLUMNS)).to_pylist()
     controller_anoms = [*no_active_controller(cluster, resigns, timeline.tenure, history + global_rows,
                                               no_controller_threshold),
                         *zk_split_brain(cluster, zombies, timeline.tenure)]
@@ -216,6 +216,9 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
 
 
 _ZK_WRITE_COLUMNS = ("topic", "partition", "leader", "leader_epoch")
+_ZOMBIE_WRITE_COLUMNS = ("event_id", "zxid", "event_time", "topic", "partition", "controller_epoch",
+                         "cur_controller_epoch")
+"""What ``zk_split_brain`` reads of a flagged write."""
 
 
 META_SEQ = T.StructType([*schema(METADATA_EVENTS.name).fields, T.StructField("_seq", T.IntegerType())])
@@ -277,8 +280,7 @@ def _covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | Non
     lo, hi = txn_range
     if anomaly["kind"] != AnomalyKind.COLLECTION_GAP or lo is None or hi is None or anomaly.get("zxid") is None:
         return False
-    inner = json.loads(json.loads(anomaly["details"]).get("detail") or "{}")
-    return inner.get("source") != "txnlog" and lo <= int(anomaly["zxid"]) <= hi
+    return anomaly[GAP_SOURCE] != "txnlog" and lo <= int(anomaly["zxid"]) <= hi
 
 
 def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:

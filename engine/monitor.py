@@ -19,7 +19,14 @@ from engine.increment import DERIVED_TABLES, LOCAL_MAX_ROWS, STREAMED_TABLES, Ou
 from engine.monitor_start import MonitorStart, plan_monitor_start
 from engine.writes import MONITOR_WRITER, write_increment
 from lakehouse.spark_io import stream_table
-from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    METADATA_EVENTS,
+    PARTITION_TRANSITIONS,
+    REPLICA_TRANSITIONS,
+    ZNODE_EVENTS,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,7 +81,7 @@ def _source_rows(batch: pa.Table, tag: str, columns: Sequence[str]) -> pa.Table:
     return batch.filter(pc.equal(batch["_src"], tag)).select(list(columns))
 
 
-QUALITY_EACH_BATCH_TABLES = ("metadata_events", "partition_transitions", "replica_transitions", "anomalies")
+QUALITY_EACH_BATCH_TABLES = (METADATA_EVENTS.name, PARTITION_TRANSITIONS.name, REPLICA_TRANSITIONS.name, ANOMALIES.name)
 
 
 def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) -> None:
@@ -112,7 +119,7 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     if not follows and _committed(lake, DERIVED_TABLES, batch_id):
         return 0
     began = time.monotonic()
-    replay = not follows and _committed(lake, ("metadata_events",), batch_id)
+    replay = not follows and _committed(lake, (METADATA_EVENTS.name,), batch_id)
     znodes, decisions = batch_inputs(df, local_max_rows)
     carried = carry.carried
     if replay:  # this batch's own events are already in the table
@@ -125,7 +132,7 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
         check_batch(spark, lake, out, batch_id)
     if publish is not None and not replay:
         publish(sorted(rows, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["anomaly_id"])))
-    log.info("micro-batch %d: %d metadata events, %d anomalies, %s, %.2f s", batch_id, out["metadata_events"].num_rows,
+    log.info("micro-batch %d: %d metadata events, %d anomalies, %s, %.2f s", batch_id, out[METADATA_EVENTS.name].num_rows,
              len(rows), "in process" if isinstance(znodes, pa.Table) else "through Spark", time.monotonic() - began)
     return len(rows)
 

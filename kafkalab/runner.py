@@ -21,6 +21,15 @@ from kafkalab.cluster import KafkaCluster
 from kafkalab.collect import Collectors
 from kafkalab.scenarios import SCENARIOS, Lab, Phase
 from kafkalab.truth import GroundTruthRecorder, Sample
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    CONTROLLER_TENURE,
+    METADATA_EVENTS,
+    PARTITION_TRANSITIONS,
+    QUARANTINE,
+    ZNODE_EVENTS,
+)
 from zkledger.errors import UserError
 from zkledger.zk_server import EmbeddedZooKeeper
 
@@ -39,11 +48,11 @@ class LabResult:
 
     @property
     def anomalies(self) -> list[dict[str, Any]]:
-        return self.tables["anomalies"]
+        return self.tables[ANOMALIES.name]
 
 
-TABLES = ("metadata_events", "partition_transitions", "controller_tenure", "anomalies", "controller_decisions",
-          "znode_events", "quarantine")
+TABLES = tuple(t.name for t in (METADATA_EVENTS, PARTITION_TRANSITIONS, CONTROLLER_TENURE, ANOMALIES, CONTROLLER_DECISIONS,
+                                ZNODE_EVENTS, QUARANTINE))
 
 
 class LabRun:
@@ -59,7 +68,7 @@ class LabRun:
         self.lake_root = Path(lake_root).absolute() if lake_root is not None else self.work_dir / "lake"
         if (self.work_dir / "kafka").exists():
             raise UserError(f"{self.work_dir} already holds a lab run; use a fresh directory")
-        if (self.lake_root / "znode_events").exists():
+        if (self.lake_root / ZNODE_EVENTS.name).exists():
             raise UserError(f"the lake {self.lake_root} already holds a history; use a fresh --lake")
         self.cluster = KafkaCluster(line, zk.hosts, self.chroot, self.work_dir / "kafka", size=size)
         self.collectors = Collectors(self.lake_root, self.cluster_name, zk.hosts, zk.data_dir, self.chroot,

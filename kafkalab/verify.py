@@ -14,6 +14,7 @@ from typing import Any
 from kafkalab.scenarios import Phase
 from kafkalab.truth import NO_LEADER, PartitionView, Point, Sample, settled_points
 from models.anomalies import SEVERITY, AnomalyKind
+from models.events import MetadataEventType
 
 SERIOUS = ("error", "critical")
 LAGS_S = (0.5, 1.0, 2.0, 3.0, 5.0)
@@ -65,7 +66,7 @@ def compare_state(metadata: list[dict[str, Any]], transitions: list[dict[str, An
         by_time.setdefault(pt.at, []).append(pt)
     index = {s.at: i for i, s in enumerate(samples)}
     requested = sorted((m["event_time"], m["topic"]) for m in metadata
-                       if m["type"] == "TOPIC_DELETION_REQUESTED" and m["event_time"] is not None)
+                       if m["type"] == MetadataEventType.TOPIC_DELETION_REQUESTED and m["event_time"] is not None)
     for at, pts in sorted(by_time.items()):
         st = zkledger_state(metadata, transitions, at)
         ours = {(p["topic"], p["partition"]): _as_view(p) for p in st["partitions"]}

@@ -30,6 +30,9 @@ GLOBAL_TYPES = (
     T.BROKER_UPDATED, T.BROKER_DEREGISTERED, T.CONTROLLER_WRITE_FENCED, T.COLLECTION_GAP,
 )
 
+GAP_SOURCE = "_gap_source"
+"""On a timeline COLLECTION_GAP anomaly: the collector that saw the gap (from the gap event's detail)."""
+
 # NO_ACTIVE_CONTROLLER: how long /controller may be absent (a normal re-election takes well under a second).
 DEFAULT_NO_CONTROLLER_THRESHOLD = timedelta(seconds=30)
 
@@ -106,7 +109,8 @@ def replay(cluster: str, events: Iterable[dict[str, Any]],
                                            {"path": e.get("path"), "detail": e.get("detail")}), "_trigger": e["event_id"]})
         elif kind == T.COLLECTION_GAP:
             tl.anomalies.append({**anomaly(cluster, AnomalyKind.COLLECTION_GAP, [e["event_id"]], e,
-                                           {"path": e.get("path"), "detail": e.get("detail")}), "_trigger": e["event_id"]})
+                                           {"path": e.get("path"), "detail": e.get("detail")}), "_trigger": e["event_id"],
+                                 GAP_SOURCE: json.loads(e.get("detail") or "{}").get("source")})
     return tl
 
 
@@ -229,23 +233,24 @@ def zk_split_brain(cluster: str, zombie_writes: Sequence[dict[str, Any]],
                    tenure: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """SPLIT_BRAIN from ZooKeeper: a zombie write proves its epoch's controller acted in a newer term.
 
-    ``zombie_writes``: this increment's ZOMBIE_CONTROLLER_WRITE rows. One row per (old epoch, new epoch) pair
+    ``zombie_writes``: this increment's enriched partition-state writes that ``detectors.zombie_write_mask``
+    flags (``event_id``, ``zxid``, ``event_time``, ``topic``, ``partition``, ``controller_epoch``,
+    ``cur_controller_epoch``). One row per (old epoch, new epoch) pair
     whose controllers (from the zk terms) are two different ids, at the pair's lowest-zxid write. The id
     names the pair only (the two terms), so a later increment's writes of the same pair give the same id;
     the write is appended to the evidence.
     """
     first: dict[tuple[int, int], dict[str, Any]] = {}
-    for z in sorted(zombie_writes, key=lambda z: (z["zxid"], z["anomaly_id"])):
-        d = json.loads(z["details"])
-        if d.get("controller_epoch") is not None and d.get("cur_controller_epoch") is not None:
-            first.setdefault((int(d["controller_epoch"]), int(d["cur_controller_epoch"])), z)
+    for z in sorted(zombie_writes, key=lambda z: (z["zxid"], z["event_id"])):
+        if z["controller_epoch"] is not None and z["cur_controller_epoch"] is not None:
+            first.setdefault((int(z["controller_epoch"]), int(z["cur_controller_epoch"])), z)
     out = []
     for (old, new), z in sorted(first.items()):
         a, b = _id_of_epoch(tenure, old), _id_of_epoch(tenure, new)
         if a is None or b is None or a == b:
             continue
         terms = [f"zk-term:{a}:{old}", f"zk-term:{b}:{new}"]
-        write = (z.get("evidence") or [None])[0]
+        write = z["event_id"]
         details = {"controller_id": a, "controller_epoch": old, "other_id": b, "other_epoch": new, "source": "zk",
                    "first_write": write,
                    "message": f"controller {a} (epoch {old}) wrote partition state after controller {b} "

@@ -96,14 +96,18 @@ def _changed_leadership(w: pa.Table) -> pa.Array:
                         pc.greater(w["leader_epoch"], w["prev_leader_epoch"]))
 
 
-def detect_zombie_writes(w: pa.Table) -> pa.Table:
+def zombie_write_mask(w: pa.Table) -> pa.ChunkedArray:
     """current-controller-writes: leadership changed or epoch bumped with a controller_epoch older than current.
 
     A write at the same leader and leader_epoch that only changes the ISR is leader-originated (IBP < 2.7)
-    and legitimately carries an old controller_epoch: not a zombie.
+    and legitimately carries an old controller_epoch: not a zombie. Null comparisons are "not a zombie".
     """
     bad = pc.and_kleene(pc.less(w["controller_epoch"], w["cur_controller_epoch"]), _changed_leadership(w))
-    return shape(w, bad, K.ZOMBIE_CONTROLLER_WRITE, WRITE_DETAILS)
+    return pc.fill_null(bad, False)
+
+
+def detect_zombie_writes(w: pa.Table) -> pa.Table:
+    return shape(w, zombie_write_mask(w), K.ZOMBIE_CONTROLLER_WRITE, WRITE_DETAILS)
 
 
 def detect_leader_epoch_regression(w: pa.Table) -> pa.Table:

@@ -1,30 +1,24 @@
 """Controller findings that join sources: SPLIT_BRAIN from zombie writes (zk terms) and NO_ACTIVE_CONTROLLER
 of the KAFKA-13407 shape (/controller names a broker that resigned in the logs and does not react).
 
-Pure rules first (no Spark), then rebuild, then the streaming monitor in several micro-batches == rebuild,
-with the log records arriving before and after the ZooKeeper rows.
+Pure rules first (no Spark), then rebuild. (The streaming monitor in micro-batches, the log records arriving
+before or after the ZooKeeper rows, ends with the rebuild's tables: tests/e2e/test_differential.py.)
 """
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from engine.increment import _arrow_schema
-from engine.monitor import drain_monitor
 from engine.rebuild import rebuild
-from lakehouse import Lake
 from models.ids import event_id
 from pipelines.controller import no_active_controller, resign_marks, zk_split_brain
-from tests.pipeline.history import T0, History, decision
-
-COMPARED = ("metadata_events", "partition_transitions", "replica_transitions", "partition_state",
-            "replica_state", "anomalies", "controller_tenure")
+from tests.pipeline.history import T0, History, decision, split_brain_history, split_brain_log
 
 
 # --- the rules, on literal rows -------------------------------------------------------------------------
@@ -89,9 +83,9 @@ def test_resign_marks_are_the_same_whichever_increment_the_lines_arrive_in() -> 
 
 
 def _zombie(zxid: int, old: int, new: int) -> dict[str, Any]:
-    details = {"controller_epoch": old, "cur_controller_epoch": new, "leader": 3}
-    return {"kind": "ZOMBIE_CONTROLLER_WRITE", "zxid": zxid, "anomaly_id": f"z{zxid}", "topic": "t", "partition": 0,
-            "event_time": T0, "details": json.dumps(details), "evidence": [f"w{zxid}"]}
+    """A partition-state write the zombie-write rule flags (the enriched write's columns zk_split_brain reads)."""
+    return {"event_id": f"w{zxid}", "zxid": zxid, "event_time": T0, "topic": "t", "partition": 0,
+            "controller_epoch": old, "cur_controller_epoch": new}
 
 
 def test_zk_split_brain_one_row_per_epoch_pair_at_its_first_write() -> None:
@@ -106,36 +100,14 @@ def test_zk_split_brain_one_row_per_epoch_pair_at_its_first_write() -> None:
 
 
 # --- through the engine -----------------------------------------------------------------------------------
-def _history() -> History:
-    """Controller 1 (epoch 1) is replaced by 2 (epoch 2) but writes twice more; then 2 resigns, stays
-    /controller, and a broker leaves with no controller reaction."""
-    h = History()
-    h.broker(1).broker(2).broker(3).controller(1, 1)  # zxid 1-5
-    h.topic("t", {0: [1, 2, 3], 1: [1, 2, 3]})
-    h.state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE").state("t", 1, 2, 0, 1, [1, 2, 3], op="CREATE")
-    h.controller(2, 2)  # zxid 9-10
-    h.state("t", 0, 2, 1, 2, [2, 3])
-    h.state("t", 0, 3, 2, 1, [2, 3])  # zxid 12: zombie write (epoch 1 after epoch 2)
-    h.state("t", 1, 3, 1, 1, [1, 2, 3])  # zxid 13: the same zombie again, another partition
-    h.broker(3, op="DELETE")  # zxid 14, 14 s: churn while /controller still names 2
-    h.broker(3)  # zxid 15: more churn, still the same finding
-    return h
-
-
-def _log() -> list[dict[str, Any]]:
-    return [decision(10.5, "CONTROLLER_READY", controller_id=2, controller_epoch=2, broker_id=2),
-            decision(12.5, "CONTROLLER_RESIGNED", controller_id=2, broker_id=2)]
-
-
 def _rows(lake: Any, table: str) -> list[dict[str, Any]]:
     return lake.read_arrow(table).to_pylist()
 
 
 @pytest.mark.spark
 def test_rebuild_finds_zk_split_brain_and_the_resigned_controller(spark: Any, lake: Any) -> None:
-    h = _history()
-    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    lake.append("controller_decisions", _log(), writer_id="d", batch_seq=1)
+    lake.append("znode_events", split_brain_history().rows, writer_id="t", batch_seq=1)
+    lake.append("controller_decisions", split_brain_log(), writer_id="d", batch_seq=1)
     rebuild(spark, lake)
     got = {(r["kind"], r["zxid"]): r for r in _rows(lake, "anomalies")}
     assert sorted(got) == [("NO_ACTIVE_CONTROLLER", 14), ("SPLIT_BRAIN", 12), ("ZOMBIE_CONTROLLER_WRITE", 12),
@@ -148,7 +120,7 @@ def test_rebuild_finds_zk_split_brain_and_the_resigned_controller(spark: Any, la
     gone = got[("NO_ACTIVE_CONTROLLER", 14)]
     assert (gone["controller_id"], gone["broker"]) == (2, 3)
     churn = [r["event_id"] for r in _rows(lake, "metadata_events") if r["zxid"] == 14]
-    assert gone["evidence"] == [_log()[1]["event_id"], *churn] and len(churn) == 1
+    assert gone["evidence"] == [split_brain_log()[1]["event_id"], *churn] and len(churn) == 1
 
 
 @pytest.mark.spark
@@ -170,38 +142,3 @@ def test_rebuild_of_a_normal_failover_has_no_controller_finding(spark: Any, lake
     ], writer_id="d", batch_seq=1)
     rebuild(spark, lake)
     assert _rows(lake, "anomalies") == []
-
-
-def _table(lake: Any, table: str) -> list[str]:
-    return sorted(repr(sorted(r.items())) for r in lake.read_arrow(table).to_pylist())
-
-
-def _drain(spark: Any, lake: Lake, ckpt: str, published: list[dict[str, Any]]) -> None:
-    drain_monitor(spark, lake, ckpt, publish=published.extend)  # its carry is loaded from the lake, as on a restart
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("order", ["log-first", "log-last"])
-def test_monitor_in_micro_batches_equals_rebuild(spark: Any, tmp_path: Path, order: str) -> None:
-    rows, log = _history().rows, _log()
-    batch = Lake(tmp_path / "batch", cluster="test")
-    batch.append("znode_events", rows, writer_id="t", batch_seq=1)
-    batch.append("controller_decisions", log, writer_id="d", batch_seq=1)
-    rebuild(spark, batch)
-
-    stream = Lake(tmp_path / "stream", cluster="test")
-    z, d = "znode_events", "controller_decisions"
-    steps = {  # each finding's evidence complete in one batch, and a later batch where it is found again
-        "log-first": [(d, log), (z, rows[:14]), (z, rows[14:])],  # NO_ACTIVE_CONTROLLER again at zxid 15
-        "log-last": [(z, rows[:12]), (z, rows[12:]), (d, log)],  # the zombie pair again at zxid 13
-    }[order]
-    published: list[dict[str, Any]] = []
-    for seq, (table, part) in enumerate(steps, start=1):
-        stream.append(table, part, writer_id="t", batch_seq=seq)
-        _drain(spark, stream, str(tmp_path / "ckpt"), published)
-
-    for table in COMPARED:
-        assert _table(stream, table) == _table(batch, table), table
-    kinds = sorted(r["kind"] for r in _rows(batch, "anomalies"))
-    assert kinds == ["NO_ACTIVE_CONTROLLER", "SPLIT_BRAIN", "ZOMBIE_CONTROLLER_WRITE", "ZOMBIE_CONTROLLER_WRITE"]
-    assert sorted(r["kind"] for r in published) == kinds
