@@ -1,20 +1,32 @@
-"""Shared fixtures: a real ZooKeeper, a real Spark session, a Lake on disk, default settings.
+"""Shared fixtures: a real ZooKeeper, a real Spark session, a Lake on disk, default settings; and the one
+comparison of derived tables that every differential test uses (`assert_same_tables`).
 
-Nothing here imports another package's module at import time (lakehouse, collectors, ...), so this file
-keeps working while those packages are being written.
+Nothing here imports another package's module at import time but the pure `models` (not lakehouse, collectors,
+...), so this file keeps working while those packages are being written.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from conf.settings import Settings, load_settings
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_TENURE,
+    DECODE_QUARANTINE,
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+)
 from zkledger.zk_server import EmbeddedZooKeeper
 
 if TYPE_CHECKING:
@@ -78,8 +90,32 @@ def lake(tmp_path: Path) -> Any:
     return Lake(tmp_path / "lake", cluster="test")
 
 
+# Every table a run derives from bronze: two runs of one history must write them identically.
+DERIVED = tuple(t.name for t in (METADATA_EVENTS, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS, PARTITION_STATE,
+                                 REPLICA_STATE, ANOMALIES, CONTROLLER_TENURE, DECODE_QUARANTINE))
+
+
+def table_lines(lake: Any, table: str) -> list[str]:
+    """A table as sorted canonical JSON lines (every column), for an order-free equality; [] when absent."""
+    if not lake.exists(table):
+        return []
+    return sorted(json.dumps(r, default=str, sort_keys=True) for r in lake.read_arrow(table).to_pylist())
+
+
+def assert_same_tables(lake: Any, reference: Any, tables: Sequence[str] = DERIVED) -> None:
+    """Each of ``tables`` holds the same rows in ``lake`` as in ``reference``; a failure names the table and
+    shows a few rows only one side has."""
+    for table in tables:
+        got, want = table_lines(lake, table), table_lines(reference, table)
+        if got != want:
+            extra = sorted(set(got) - set(want))[:3]
+            missing = sorted(set(want) - set(got))[:3]
+            raise AssertionError(f"{table}: {len(got)} rows, the reference has {len(want)}\n"
+                                 f"  only here: {extra}\n  only in the reference: {missing}")
+
+
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     """On a failing test that used ZooKeeper, attach the tail of the server's log to the report."""
     outcome = yield
     report = outcome.get_result()

@@ -1,7 +1,7 @@
 """End to end: the znode history the collectors recorded is exactly the one the simulator wrote, per scenario.
 
-Reuses the module-scoped `runs` fixture of test_e2e_scenarios (every built-in scenario played on a real
-ZooKeeper with the watch collector on, then the transaction log and Kafka logs collected into one lake per run).
+Reads the session's `runs` (tests/e2e/scenario_lakes.py: every built-in scenario played on a real ZooKeeper with
+the watch collector on, then the transaction log and Kafka logs collected into one lake per run).
 The transaction log is lossless, so its CREATE/SET/MULTI_FAILED rows are compared with the simulator's writes as
 equal multisets; DELETEs are a subset check (the simulator records an ephemeral's delete when it closes the
 session, the log also has the teardown's session closes). The watch collector may miss changes between two
@@ -15,11 +15,7 @@ from typing import Any
 
 import pytest
 
-# Imported into this namespace so pytest registers the fixture here too (it is module scoped: this module plays
-# the scenarios once more into lakes of its own; the other module's tests are not affected).
-from tests.e2e.test_e2e_scenarios import RUN_IDS, RUNS, runs
-
-__all__ = ["runs"]
+from tests.e2e.scenario_lakes import RUN_IDS, RUNS
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

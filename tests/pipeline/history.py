@@ -66,3 +66,35 @@ def decision(seconds: float, kind: str, *, source_file: str = "controller.log", 
     line = line_no if line_no is not None else int(seconds * 1000)
     return {"cluster": cluster, "ts": T0 + timedelta(seconds=seconds), "source_file": source_file, "line_no": line,
             "kind": kind, "event_id": event_id(cluster, source_file, 0, line), **cols}
+
+
+def zombie_offline_history() -> History:
+    """The clean history, then a failover to controller 2, a zombie write of controller 1, an offline partition."""
+    h = clean_history()
+    h.controller(2, 2)
+    h.state("t", 0, 2, 1, 2, [2])
+    h.state("t", 0, 1, 2, 1, [1, 2])  # zombie write
+    h.state("t", 0, -1, 3, 2, [1])  # offline
+    return h
+
+
+def split_brain_history() -> History:
+    """Controller 1 (epoch 1) is replaced by 2 (epoch 2) but writes twice more; then 2 resigns, stays
+    /controller, and a broker leaves with no controller reaction (with `split_brain_log`)."""
+    h = History()
+    h.broker(1).broker(2).broker(3).controller(1, 1)  # zxid 1-5
+    h.topic("t", {0: [1, 2, 3], 1: [1, 2, 3]})
+    h.state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE").state("t", 1, 2, 0, 1, [1, 2, 3], op="CREATE")
+    h.controller(2, 2)  # zxid 9-10
+    h.state("t", 0, 2, 1, 2, [2, 3])
+    h.state("t", 0, 3, 2, 1, [2, 3])  # zxid 12: zombie write (epoch 1 after epoch 2)
+    h.state("t", 1, 3, 1, 1, [1, 2, 3])  # zxid 13: the same zombie again, another partition
+    h.broker(3, op="DELETE")  # zxid 14, 14 s: churn while /controller still names 2
+    h.broker(3)  # zxid 15: more churn, still the same finding
+    return h
+
+
+def split_brain_log() -> list[dict[str, Any]]:
+    """Controller 2's log: ready at epoch 2, then resigned (the KAFKA-13407 shape with `split_brain_history`)."""
+    return [decision(10.5, "CONTROLLER_READY", controller_id=2, controller_epoch=2, broker_id=2),
+            decision(12.5, "CONTROLLER_RESIGNED", controller_id=2, broker_id=2)]

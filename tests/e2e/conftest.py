@@ -1,0 +1,98 @@
+"""The played scenario lakes (session fixture `runs`) and the helpers the differential suite runs them with:
+bronze cut into time chunks, fed into a fresh lake, and the monitor run as a real `zkledger monitor` process."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from engine.writes import MONITOR_WRITER
+from models.tables import CONTROLLER_DECISIONS, PARTITION_STATE, ZNODE_EVENTS
+from tests.e2e.scenario_lakes import Run, play_all
+
+# the bronze tables a run of the pipeline reads
+BRONZE = (ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name)
+Chunk = list[tuple[str, pa.Table]]
+
+
+@pytest.fixture(scope="session")
+def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Run]]:
+    """Every built-in scenario played, collected and rebuilt once per worker (`tests/e2e/scenario_lakes.py`)."""
+    yield play_all(zk_server, spark, tmp_path_factory.mktemp("e2e"))
+
+
+def bronze(lake: Any) -> dict[str, pa.Table]:
+    """A lake's bronze tables (empty ones left out)."""
+    return {t: lake.read_arrow(t) for t in BRONZE if lake.exists(t) and lake.row_count(t)}
+
+
+def _window(col: Any, lo: Any, hi: Any) -> Any:
+    """lo <= col < hi (open ends when None); rows without a time go to the first window."""
+    keep = pc.is_valid(col) if lo is None else pc.fill_null(pc.greater_equal(col, lo), False)
+    if hi is not None:
+        keep = pc.and_(keep, pc.fill_null(pc.less(col, hi), False))
+    return pc.or_(keep, pc.is_null(col)) if lo is None else keep
+
+
+def time_chunks(tables: dict[str, pa.Table], chunks: int, seed: int | None = None) -> list[Chunk]:
+    """Bronze cut into ``chunks`` slices at the same instants for both tables (txn time, else when a watch saw
+    it; a decision's log time), as collectors keeping up would deliver them. The cuts fall at even row counts
+    of znode_events, or at random rows when ``seed`` is given."""
+    z = tables[ZNODE_EVENTS.name]
+    z = z.append_column("_t", pc.coalesce(z["txn_time"], z["observed_at"]))
+    times = sorted(t for t in z["_t"].to_pylist() if t is not None)
+    at = (sorted(random.Random(seed).sample(range(1, len(times)), chunks - 1)) if seed is not None
+          else [len(times) * i // chunks for i in range(1, chunks)])
+    cuts = [times[i] for i in at]
+    stamped = {ZNODE_EVENTS.name: (z, "_t")}
+    if CONTROLLER_DECISIONS.name in tables:
+        stamped[CONTROLLER_DECISIONS.name] = (tables[CONTROLLER_DECISIONS.name], "ts")
+    out: list[Chunk] = []
+    lo = None
+    for hi in [*cuts, None]:
+        out.append([(name, t.filter(_window(t[col], lo, hi)).drop_columns(["_t"] if col == "_t" else []))
+                    for name, (t, col) in stamped.items()])
+        lo = hi
+    for name, (t, _col) in stamped.items():  # nothing lost, nothing twice
+        assert sum(part.num_rows for c in out for n, part in c if n == name) == t.num_rows, name
+    return out
+
+
+def feed(lake: Any, chunk: Sequence[tuple[str, pa.Table]], seq: int) -> None:
+    """Append a chunk's non-empty tables to ``lake``, one commit per table, as the collectors would."""
+    for table, rows in chunk:
+        if rows.num_rows:
+            lake.append(table, rows, writer_id=f"copy-{table}", batch_seq=seq)
+
+
+def monitor_cmd(lake: Any, *extra: str) -> list[str]:
+    """`zkledger monitor` on ``lake`` as its own process (to be killed for real)."""
+    return [sys.executable, "-m", "zkledger.cli", "--lake", str(lake.root), "--cluster", lake.cluster, "monitor",
+            *extra]
+
+
+def run_monitor(lake: Any, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(monitor_cmd(lake, *extra), capture_output=True, text=True, timeout=300,
+                          env=env if env is not None else dict(os.environ))
+
+
+def wait_for_batch(lake: Any, proc: subprocess.Popen[bytes], at_least: int, limit: float = 150.0) -> None:
+    """Poll until the monitor committed micro-batch ``at_least`` (not a timing assertion: a generous cap)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        table = PARTITION_STATE.name
+        last = lake.last_batch_seq(table, MONITOR_WRITER) if lake.exists(table) else None
+        if last is not None and last >= at_least:
+            return
+        assert proc.poll() is None, "the monitor exited early"
+        time.sleep(0.5)
+    raise AssertionError(f"monitor did not commit batch {at_least}")
