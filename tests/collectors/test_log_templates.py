@@ -254,7 +254,7 @@ def test_every_template_is_exercised_here() -> None:
 @pytest.mark.spark
 def test_stale_zk_version_is_an_anomaly_of_its_own(spark: Any, lake: Any) -> None:
     from engine.rebuild import rebuild
-    from tests.pipeline.history import clean_history
+    from tests.history import clean_history
 
     lake.append("znode_events", clean_history().rows, writer_id="t", batch_seq=1)
     collect_logs(lake, LOGS / "kafka-2729")

@@ -1,6 +1,6 @@
 """Differential: every way of running the pipeline ends with the tables one in-process rebuild writes.
 
-A case is (scenario, way). A scenario is a bronze history: a small literal one (tests/pipeline/history.py), or a
+A case is (scenario, way). A scenario is a bronze history: a small literal one (tests/history.py), or a
 built-in simulator scenario played on a real ZooKeeper and collected (the session's `runs`). Its reference is
 one rebuild in one increment, built once per scenario. A way copies the bronze into a fresh lake and runs it
 otherwise: the rebuild in zxid chunks or through Spark jobs, the streaming monitor fed in chunks, in one
@@ -31,7 +31,7 @@ from lakehouse.lake import CRASH_ENV
 from models.tables import ANOMALIES, CONTROLLER_DECISIONS, METADATA_EVENTS, PARTITION_STATE, ZNODE_EVENTS
 from tests.conftest import assert_same_tables
 from tests.e2e.conftest import Chunk, bronze, feed, monitor_cmd, run_monitor, time_chunks, wait_for_batch
-from tests.pipeline.history import split_brain_history, split_brain_log, zombie_offline_history
+from tests.history import split_brain_history, split_brain_log, zombie_offline_history
 
 pytestmark = pytest.mark.spark
 

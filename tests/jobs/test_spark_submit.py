@@ -128,7 +128,7 @@ def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: A
     """jobs/rebuild.py on the standalone cluster writes the same derived tables as a local rebuild."""
     from engine.rebuild import rebuild
     from lakehouse import Lake
-    from tests.pipeline.history import History
+    from tests.history import History
 
     h = History(cluster=lake.cluster)
     h.broker(1).broker(2).broker(3).controller(1, 1)

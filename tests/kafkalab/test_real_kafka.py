@@ -3,7 +3,7 @@ scenario in sequence with the three collectors running and an Admin client recor
 `zkledger rebuild` then serves every check below.
 
 CI runs the 3.9 line with every scenario and the 2.8 line with the faults whose outcome depends on the line.
-The whole matrix (every line, every scenario): `pytest -m kafka_matrix tests/kafka` (see KAFKA_MATRIX).
+The whole matrix (every line, every scenario): `KAFKA_MATRIX=1 pytest tests/kafkalab`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from engine.rebuild import rebuild
 from models.ids import event_id
-from tests.pipeline.history import T0, clean_history
+from tests.history import T0, clean_history
 
 pytestmark = pytest.mark.spark
 

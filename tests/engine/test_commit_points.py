@@ -24,7 +24,7 @@ from engine.rebuild import rebuild
 from engine.writes import COMMITTED
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
-from tests.pipeline.history import clean_history, decision
+from tests.history import clean_history, decision
 
 pytestmark = pytest.mark.spark
 

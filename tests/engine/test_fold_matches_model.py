@@ -21,7 +21,7 @@ from engine.increment import _arrow_schema, _empty_arrow, run_increment
 from models.events import MetadataEvent, MetadataEventType
 from models.fold import MetadataProjection, project_metadata
 from simulator import payloads as zc
-from tests.pipeline.history import History
+from tests.history import History
 
 BROKERS = st.integers(1, 4)
 

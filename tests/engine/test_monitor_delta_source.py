@@ -11,7 +11,7 @@ import pytest
 from engine.monitor import start_monitor
 from lakehouse import Lake
 from models.tables import ZNODE_EVENTS
-from tests.pipeline.history import clean_history
+from tests.history import clean_history
 
 pytestmark = pytest.mark.spark
 

@@ -17,7 +17,7 @@ from engine.rebuild import rebuild
 from engine.stateful import start_stateful_fold
 from lakehouse import Lake
 from simulator import payloads as zc
-from tests.pipeline.history import History
+from tests.history import History
 
 pytestmark = pytest.mark.spark
 

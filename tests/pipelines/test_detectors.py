@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from engine.rebuild import rebuild
-from tests.pipeline.history import History
+from tests.history import History
 
 pytestmark = pytest.mark.spark
 

@@ -22,7 +22,7 @@ from models.states import ReplicaState
 from pipelines.fold_records import FOLD_INPUT
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 from pipelines.vector_fold import fold_table
-from tests.pipeline.history import History
+from tests.history import History
 
 pytestmark = pytest.mark.spark
 

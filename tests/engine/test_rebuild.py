@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from engine.rebuild import rebuild
-from tests.pipeline.history import clean_history
+from tests.history import clean_history
 
 pytestmark = pytest.mark.spark
 

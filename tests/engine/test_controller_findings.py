@@ -18,7 +18,7 @@ from engine.increment import _arrow_schema
 from engine.rebuild import rebuild
 from models.ids import event_id
 from pipelines.controller import no_active_controller, resign_marks, zk_split_brain
-from tests.pipeline.history import T0, History, decision, split_brain_history, split_brain_log
+from tests.history import T0, History, decision, split_brain_history, split_brain_log
 
 
 # --- the rules, on literal rows -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from engine.monitor import drain_monitor
 from engine.rebuild import rebuild
 from lakehouse import Lake
 from tests.conftest import assert_same_tables
-from tests.pipeline.history import zombie_offline_history
+from tests.history import zombie_offline_history
 
 pytestmark = pytest.mark.spark
 
