@@ -57,17 +57,22 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedZooK
 @pytest.fixture
 def zk_hosts(zk_server: EmbeddedZooKeeper) -> str:
     """A fresh, empty chroot on the session ZooKeeper: "127.0.0.1:PORT/t-<hex>"."""
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    make_chroot(zk_server.hosts, chroot)
+    return zk_server.hosts + chroot
+
+
+def make_chroot(hosts: str, chroot: str) -> None:
+    """Create the empty znode ``chroot`` on the ZooKeeper at ``hosts``."""
     from kazoo.client import KazooClient
 
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    client = KazooClient(hosts=zk_server.hosts, timeout=15)
+    client = KazooClient(hosts=hosts, timeout=15)
     client.start(timeout=15)
     try:
         client.create(chroot)
     finally:
         client.stop()
         client.close()
-    return zk_server.hosts + chroot
 
 
 @pytest.fixture(scope="session")

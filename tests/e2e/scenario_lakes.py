@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
-
 from simulator.scenarios import ScenarioResult, list_scenarios, run_scenario
+from tests.conftest import make_chroot
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +58,6 @@ class Run:
     @property
     def history_kinds(self) -> set[str]:
         return {str(a["kind"]) for a in self.anomalies} - COLLECTION_KINDS
-
-
-def make_chroot(hosts: str, chroot: str) -> None:
-    client = KazooClient(hosts=hosts, timeout=15)
-    client.start(timeout=15)
-    try:
-        client.create(chroot)
-    finally:
-        client.stop()
-        client.close()
 
 
 def _collect_lossless(lake: Any, zk_server: Any, chroot: str, log_dir: Path) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.scenario_lakes import COLLECTION_KINDS, RUN_IDS, RUNS, TXN_ONLY, Run, make_chroot
+from tests.conftest import make_chroot
+from tests.e2e.scenario_lakes import COLLECTION_KINDS, RUN_IDS, RUNS, TXN_ONLY, Run
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
