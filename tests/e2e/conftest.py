@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +17,7 @@ import pytest
 
 from engine.writes import MONITOR_WRITER
 from models.tables import CONTROLLER_DECISIONS, PARTITION_STATE, ZNODE_EVENTS
-from tests.e2e.scenario_lakes import Runs, play_all, played_once
+from tests.e2e.scenario_lakes import Run, play_all
 
 # the bronze tables a run of the pipeline reads
 BRONZE = (ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name)
@@ -26,18 +25,9 @@ Chunk = list[tuple[str, pa.Table]]
 
 
 @pytest.fixture(scope="session")
-def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
-    """Every built-in scenario played, collected and rebuilt once per test run (`tests/e2e/scenario_lakes.py`):
-    pytest-xdist workers share one play in the run's common temp folder."""
-
-    def play(root: Path) -> Runs:
-        return play_all(request.getfixturevalue("zk_server"), request.getfixturevalue("spark"), root)
-
-    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in every worker, one per `pytest -n` run
-    if run_id:
-        yield played_once(tmp_path_factory.getbasetemp().parent / f"e2e-runs-{run_id}", play)
-    else:
-        yield play(tmp_path_factory.mktemp("e2e"))
+def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Run]]:
+    """Every built-in scenario played, collected and rebuilt once per worker (`tests/e2e/scenario_lakes.py`)."""
+    yield play_all(zk_server, spark, tmp_path_factory.mktemp("e2e"))
 
 
 def bronze(lake: Any) -> dict[str, pa.Table]:

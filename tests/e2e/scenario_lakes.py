@@ -5,20 +5,17 @@ running, then the transaction log (same chroot) and the controller/state-change 
 of its own (the pipeline replays one cluster's timeline, so clusters are not mixed). All runs are played first,
 then rebuilt concurrently on the one shared Spark session: a rebuild is mostly driver-side latency, so a few at
 once keep the play fast on 2 cores. `tests/e2e/conftest.py` serves the result as the session fixture `runs`;
-the lakes are read-only from then on, so pytest-xdist workers share one play (`played_once`).
+the lakes are read-only from then on.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import pickle
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,32 +121,3 @@ def play_all(zk_server: Any, spark: Any, root: Path) -> dict[tuple[str, str], Ru
         log.info("e2e %s: play+collect %.1fs, rebuild %.1fs", key, secs, rebuilt[key][1])
     return {key: Run(key[0], key[1], res, lake, rebuilt[key][0], {"play": secs, "rebuild": rebuilt[key][1]}, t)
             for key, (res, lake, secs, t) in played.items()}
-
-
-Runs = dict[tuple[str, str], Run]
-
-
-def played_once(root: Path, play: Callable[[Path], Runs]) -> Runs:
-    """``play(root)`` in the first process to get here; every later process (another pytest-xdist worker) waits
-    for it and reads the same lakes back from ``root``, so `--dist loadfile` plays them once, not once per
-    worker. If the play fails, the next process plays again (and reports its own failure)."""
-    from lakehouse import Lake
-
-    root.mkdir(parents=True, exist_ok=True)
-    index = root / "runs.pickle"
-    with open(root / "runs.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not index.exists():
-            runs = play(root)
-            # a Lake holds a lock: stored as (root, cluster) and opened again by the reader
-            stored = {key: (replace(run, lake=None, txn_lake=None), _where(run.lake), _where(run.txn_lake))
-                      for key, run in runs.items()}
-            index.write_bytes(pickle.dumps(stored))
-            return runs
-    loaded: dict[tuple[str, str], tuple[Run, Any, Any]] = pickle.loads(index.read_bytes())
-    return {key: replace(run, lake=Lake(*lake), txn_lake=Lake(*txn) if txn else None)
-            for key, (run, lake, txn) in loaded.items()}
-
-
-def _where(lake: Any) -> tuple[str, str] | None:
-    return None if lake is None else (lake.root, lake.cluster)

@@ -13,32 +13,28 @@ from typing import Any
 
 import pytest
 
-from simulator.scenarios import run_scenario
 from tests.conftest import make_chroot
-from tests.e2e.scenario_lakes import COLLECTION_KINDS, RUN_IDS, RUNS, SEED, TXN_ONLY, Run
+from tests.e2e.scenario_lakes import COLLECTION_KINDS, RUN_IDS, RUNS, TXN_ONLY, Run
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def test_txnlog_does_not_attribute_older_failed_multis_to_a_new_chroot(zk_server: Any, tmp_path: Path) -> None:
+def test_txnlog_does_not_attribute_older_failed_multis_to_a_new_chroot(runs: dict[tuple[str, str], Run],
+                                                                      zk_server: Any, tmp_path: Path) -> None:
     from collectors.txnlog import TxnLogCollector
     from lakehouse import Lake
 
-    def failed_multis(chroot: str) -> list[dict[str, Any]]:
-        lake = Lake(tmp_path / f"lake{chroot.replace('/', '-')}", cluster="t")
-        TxnLogCollector(lake, zk_server.data_dir, chroot=chroot).run()
-        rows = lake.read_arrow("znode_events").to_pylist() if lake.exists("znode_events") else []
-        return [r for r in rows if r["op"] == "MULTI_FAILED"]
-
-    # The 3.8 zombie's fenced multi is in this server's log (its chroot's collection has it) ...
-    zombie = f"/e2e-fenced-{uuid.uuid4().hex[:6]}"
-    make_chroot(zk_server.hosts, zombie)
-    run_scenario("zombie-controller", zk_server.hosts + zombie, "3.8", tmp_path / "logs", SEED, wall_clock=True)
-    assert failed_multis(zombie)
+    # The 3.8 zombie's fenced multi is in the server's log (its own lake has it) ...
+    fenced = [r for r in runs[("zombie-controller", "3.8")].lake.read_arrow("znode_events").to_pylist()
+              if r["op"] == "MULTI_FAILED"]
+    assert fenced
     # ... and an empty cluster chrooted afterwards on the same server must not inherit it.
-    empty = f"/e2e-empty-{uuid.uuid4().hex[:6]}"
-    make_chroot(zk_server.hosts, empty)
-    assert failed_multis(empty) == []
+    chroot = f"/e2e-empty-{uuid.uuid4().hex[:6]}"
+    make_chroot(zk_server.hosts, chroot)
+    lake = Lake(tmp_path / "lake", cluster="empty")
+    TxnLogCollector(lake, zk_server.data_dir, chroot=chroot).run()
+    rows = lake.read_arrow("znode_events").to_pylist() if lake.exists("znode_events") else []
+    assert [r for r in rows if r["op"] == "MULTI_FAILED"] == []
 
 
 def _evidence(run: Run) -> str:
