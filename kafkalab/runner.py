@@ -73,7 +73,7 @@ class LabRun:
         self.cluster = KafkaCluster(line, zk.hosts, self.chroot, self.work_dir / "kafka", size=size)
         self.collectors = Collectors(self.lake_root, self.cluster_name, zk.hosts, zk.data_dir, self.chroot,
                                      self.cluster.logs_root, self.work_dir / "collectors")
-        self.recorder = GroundTruthRecorder(self.cluster.bootstrap)
+        self.recorder = GroundTruthRecorder(self.cluster.bootstrap, list(self.cluster.brokers))
         self.lab = Lab(self.cluster, self.recorder)
         self.out = out
         self.timings: dict[str, float] = {}
