@@ -154,6 +154,7 @@ _RESTART = textwrap.dedent(
     import json, sys, time
     from lakehouse import Lake
     from collectors.zk_watch import ZkWatchCollector, load_view
+    from models.tables import ZNODE_EVENTS
     root, hosts, mode = sys.argv[1:4]
     lake = Lake(root, cluster="bench")
     def rss():  # this process's own peak (ru_maxrss would include the parent's peak, inherited through fork)

@@ -18,7 +18,7 @@ from engine.increment import (
     widened_txnlog_range,
 )
 from engine.writes import MONITOR_WRITER
-from models.events import MetadataEventType
+from models.events import MetadataEventType, Source, TenureSource
 from models.tables import (
     ANOMALIES,
     CONTROLLER_DECISIONS,
@@ -108,13 +108,13 @@ class MonitorCarry:
         writes = lake.scan(METADATA_EVENTS.name, ["topic", "partition", "leader", "leader_epoch"],
                            where=meta_type == str(MetadataEventType.PARTITION_STATE_WRITTEN), version=at[METADATA_EVENTS.name])
         writes = distinct_writes(writes)
-        txn = lake.scan(ZNODE_EVENTS.name, ["zxid"], where=ds.field("source") == "txnlog")["zxid"]
+        txn = lake.scan(ZNODE_EVENTS.name, ["zxid"], where=ds.field("source") == str(Source.TXNLOG))["zxid"]
         lo, hi = (v.as_py() for v in pc.min_max(txn).values())
         terms = lake.read_arrow(CONTROLLER_TENURE.name, at[CONTROLLER_TENURE.name])
         self.carried = Carried(
             partition_state=lake.read_arrow(PARTITION_STATE.name, at[PARTITION_STATE.name]),
             replica_state=lake.read_arrow(REPLICA_STATE.name, at[REPLICA_STATE.name]),
-            log_terms=terms.filter(pc.equal(terms["source"], "logs")), global_events=global_rows,
+            log_terms=terms.filter(pc.equal(terms["source"], str(TenureSource.LOGS))), global_events=global_rows,
             zk_writes=writes, known_ids=self.committed_ids, txnlog_max_zxid=hi, txnlog_min_zxid=lo,
             # ids already in `anomalies` are not added again (a finding re-found by a later batch);
             # resignation marks may include decisions not streamed yet: they are keyed by event id
@@ -155,7 +155,7 @@ class MonitorCarry:
         writes = meta.filter(pc.equal(meta["type"], str(MetadataEventType.PARTITION_STATE_WRITTEN))).select(["topic", "partition", "leader", "leader_epoch"])
         lo, hi = out.txnlog_bounds
         c.partition_state, c.replica_state = out[PARTITION_STATE.name], out[REPLICA_STATE.name]
-        c.log_terms = terms.filter(pc.equal(terms["source"], "logs"))
+        c.log_terms = terms.filter(pc.equal(terms["source"], str(TenureSource.LOGS)))
         c.global_events = c.global_events + meta.filter(pc.is_in(meta["type"], pa.array(GLOBAL_TYPES))).to_pylist()
         c.zk_writes = distinct_writes(writes if c.zk_writes is None
                                       else pa.concat_tables([c.zk_writes, writes.cast(c.zk_writes.schema)]))

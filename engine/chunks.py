@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from lakehouse.arrow_schema import arrow_schema
 from lakehouse.lake import read_data_files
 from lakehouse.spark_io import read_table
+from models.events import Source
 from models.tables import ZNODE_EVENTS
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def txnlog_range(lake: Lake, version: int) -> tuple[int | None, int | None]:
     """The whole history's txnlog zxid range: every chunk drops the watch rows it covers, as one increment would."""
     import pyarrow.dataset as ds
 
-    txn = lake.scan(ZNODE_EVENTS.name, ["zxid"], where=ds.field("source") == "txnlog", version=version)["zxid"]
+    txn = lake.scan(ZNODE_EVENTS.name, ["zxid"], where=ds.field("source") == str(Source.TXNLOG), version=version)["zxid"]
     lo, hi = (v.as_py() for v in pc.min_max(txn).values())
     return lo, hi
 

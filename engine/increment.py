@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from models.anomalies import AnomalyKind
+from models.events import Source, TenureSource
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
     ANOMALIES,
@@ -259,10 +260,10 @@ def _dedupe(tbl: pa.Table) -> pa.Table:
 def _txnlog_bounds(znode_events: DataFrame | pa.Table) -> tuple[int | None, int | None]:
     """The lowest and highest zxid this increment's txnlog rows carry (the lossless collector's range)."""
     if isinstance(znode_events, pa.Table):
-        txn = znode_events.filter(pc.fill_null(pc.equal(znode_events["source"], "txnlog"), False))["zxid"]
+        txn = znode_events.filter(pc.fill_null(pc.equal(znode_events["source"], str(Source.TXNLOG)), False))["zxid"]
         lo, hi = pc.min_max(txn).values()
         return lo.as_py(), hi.as_py()
-    row = znode_events.filter(F.col("source") == "txnlog").agg(F.min("zxid").alias("lo"), F.max("zxid").alias("hi")).collect()[0]
+    row = znode_events.filter(F.col("source") == str(Source.TXNLOG)).agg(F.min("zxid").alias("lo"), F.max("zxid").alias("hi")).collect()[0]
     return row["lo"], row["hi"]
 
 
@@ -280,7 +281,7 @@ def _covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | Non
     lo, hi = txn_range
     if anomaly["kind"] != AnomalyKind.COLLECTION_GAP or lo is None or hi is None or anomaly.get("zxid") is None:
         return False
-    return anomaly[GAP_SOURCE] != "txnlog" and lo <= int(anomaly["zxid"]) <= hi
+    return anomaly[GAP_SOURCE] != Source.TXNLOG and lo <= int(anomaly["zxid"]) <= hi
 
 
 def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:
@@ -292,7 +293,7 @@ def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) 
     new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],
                     "controller_epoch": acting["controller_epoch"], "start_zxid": pa.nulls(n, pa.int64()),
                     "end_zxid": pa.nulls(n, pa.int64()), "start_time": acting["ts"], "end_time": acting["ts"],
-                    "source": pa.array(["logs"] * n, pa.string())})
+                    "source": pa.array([str(TenureSource.LOGS)] * n, pa.string())})
     both = pa.concat_tables([carried_terms.select(schema.names).cast(schema), new.select(schema.names).cast(schema)])
     keys = ["cluster", "controller_id", "controller_epoch", "source"]
     agg = both.group_by(keys, use_threads=False).aggregate(

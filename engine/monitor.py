@@ -24,6 +24,7 @@ from models.tables import (
     CONTROLLER_DECISIONS,
     METADATA_EVENTS,
     PARTITION_TRANSITIONS,
+    QUALITY_RESULTS,
     REPLICA_TRANSITIONS,
     ZNODE_EVENTS,
 )
@@ -95,7 +96,7 @@ def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) ->
     if not frames:
         return
     report = run_quality_on_batch(spark, frames)
-    lake.append("quality_results", result_rows(report), writer_id="monitor-quality", batch_seq=batch_id)
+    lake.append(QUALITY_RESULTS.name, result_rows(report), writer_id="monitor-quality", batch_seq=batch_id)
     for suite in report.suites:
         (log.info if suite.success else log.warning)("batch %d: %s", batch_id, suite.line())
 

@@ -42,9 +42,18 @@ class ZnodeOp(StrEnum):
 
 
 class Source(StrEnum):
+    """Which collector observed a znode change (the ``source`` column of ``znode_events``)."""
+
     WATCH = "watch"
     RESYNC = "resync"
     TXNLOG = "txnlog"
+
+
+class TenureSource(StrEnum):
+    """Where a controller tenure was read from (the ``source`` column of ``controller_tenure``)."""
+
+    ZK = "zk"  # /controller and /controller_epoch
+    LOGS = "logs"  # the brokers' controller.log lines
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Final
 
 from models.anomalies import SEVERITY, AnomalyKind
-from models.events import MetadataEventType, Source, ZnodeOp
+from models.events import MetadataEventType, Source, TenureSource, ZnodeOp
 from models.states import PartitionState, ReplicaState
 from models.tables import (
     ALL_TABLES,
@@ -100,7 +100,7 @@ SEVERITIES: Final = tuple(sorted(set(SEVERITY.values())))
 ZNODE_OPS: Final = tuple(str(o) for o in ZnodeOp)
 SOURCES: Final = tuple(str(s) for s in Source)
 METADATA_EVENT_TYPES: Final = tuple(str(t) for t in MetadataEventType)
-TENURE_SOURCES: Final = ("zk", "logs")
+TENURE_SOURCES: Final = tuple(str(s) for s in TenureSource)
 NO_LEADER: Final = -1  # Kafka writes leader -1 when a partition has no leader
 
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from models.tables import PARTITION_STATE, REPLICA_STATE
 from pipelines.controller import GLOBAL_TYPES, replay
 from pipelines.fanout import TOPIC_LEVEL_TYPES, fanned_events, fanout_rows, touched_by_fanout
+from pipelines.fold_records import FoldRecord
 from pipelines.keyed_fold import _key_codes, fold_local
 from pipelines.schemas import arrow_schema
 from pipelines.state_machines import PARTITION_TYPES, GlobalContext
@@ -117,6 +118,6 @@ def fold_bucket(state: BucketState, rows: pa.Table, kafka_version: str) -> tuple
     fanned = fanout_rows(rows, seeds[0], ctx)
     fold = fold_local(rows, fanned, seeds, ctx, kafka_version)
     # a key's rows in the fold's output replace all its carried rows (as the in-process engine merges)
-    ps = merged_state(state.partition_state, fold["ps"])
-    rs = merged_state(state.replica_state, fold["rs"])
+    ps = merged_state(state.partition_state, fold[FoldRecord.PARTITION_STATE])
+    rs = merged_state(state.replica_state, fold[FoldRecord.REPLICA_STATE])
     return fold, BucketState(ps, rs, global_events)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import DecisionKind
-from models.events import MetadataEventType
+from models.events import MetadataEventType, TenureSource
 from models.ids import event_id
 from pipelines.state_machines import GlobalContext
 
@@ -89,7 +89,7 @@ def replay(cluster: str, events: Iterable[dict[str, Any]],
                 _close(term, e)
             term = {"cluster": cluster, "controller_id": e.get("controller_id"), "controller_epoch": None,
                     "start_zxid": z, "end_zxid": None, "start_time": e.get("event_time"), "end_time": None,
-                    "source": "zk"}
+                    "source": str(TenureSource.ZK)}
             # 2.1+ writes /controller_epoch in the same multi, <=2.0 right after: the next epoch is this term's
             if tl.ctx.epoch_zxids and tl.ctx.epoch_zxids[-1] == z:
                 term["controller_epoch"] = tl.ctx.epoch_values[-1]
@@ -251,7 +251,7 @@ def zk_split_brain(cluster: str, zombie_writes: Sequence[dict[str, Any]],
             continue
         terms = [f"zk-term:{a}:{old}", f"zk-term:{b}:{new}"]
         write = z["event_id"]
-        details = {"controller_id": a, "controller_epoch": old, "other_id": b, "other_epoch": new, "source": "zk",
+        details = {"controller_id": a, "controller_epoch": old, "other_id": b, "other_epoch": new, "source": str(TenureSource.ZK),
                    "first_write": write,
                    "message": f"controller {a} (epoch {old}) wrote partition state after controller {b} "
                               f"took epoch {new}"}

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
+from models.events import MetadataEvent, MetadataEventType, Source, ZnodeChange, ZnodeOp
 from models.ids import event_id, metadata_event_id
 from models.tables import METADATA_EVENTS, QUARANTINE
 from models.znode_codec import (
@@ -39,7 +39,7 @@ from pipelines.vector_fold import int_codes
 log = logging.getLogger(__name__)
 
 # txnlog is lossless, watch reads data after the fact, resync is a re-read: prefer them in that order.
-SOURCE_RANK = {"txnlog": 0, "watch": 1, "resync": 2}
+SOURCE_RANK = {str(Source.TXNLOG): 0, str(Source.WATCH): 1, str(Source.RESYNC): 2}
 UNKNOWN_SOURCE_RANK = 9
 
 _OUT_SCHEMA = T.StructType(
@@ -62,7 +62,7 @@ def dedupe_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = No
     fact and can stamp a phantom DELETE with a re-creation's zxid. The txnlog's range is one small aggregate
     joined back (a window over the whole cluster would sort every row in one task).
     """
-    is_txn = F.col("source") == "txnlog"
+    is_txn = F.col("source") == str(Source.TXNLOG)
     bounds = df.filter(is_txn).groupBy("cluster").agg(F.min("zxid").alias("_lo"), F.max("zxid").alias("_hi"))
     df_b = df.join(F.broadcast(bounds), "cluster", "left")
     covered = F.coalesce(F.col("zxid").between(F.col("_lo"), F.col("_hi")), F.lit(False))
@@ -205,7 +205,7 @@ def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[p
     paths = pc.dictionary_encode(batch["path"])  # a znode is written many times: match each path once
     m = pc.take(pc.extract_regex(paths.dictionary, _STATE_PATH), paths.indices)
     topic, part_text = pc.struct_field(m, "topic"), pc.struct_field(m, "partition")
-    candidate = pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array(["CREATE", "SET"]))),
+    candidate = pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array([str(ZnodeOp.CREATE), str(ZnodeOp.SET)]))),
                         pc.is_valid(batch["data"]))
     candidate = pc.fill_null(pc.and_(candidate, pc.less_equal(pc.utf8_length(part_text), 9)), False)
     if not pc.any(candidate).as_py():
@@ -225,7 +225,7 @@ def fast_state_writes(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tuple[p
     def field(values: list[Any], type_: pa.DataType) -> pa.Array:
         return pc.take(pa.array(values, type_), pidx)
 
-    created = pc.equal(pc.take(batch["op"], take), "CREATE")
+    created = pc.equal(pc.take(batch["op"], take), str(ZnodeOp.CREATE))
     detail_created = field([_dumps(partition_state_detail(v, True)) for v in good], pa.string())
     detail_set = field([_dumps(partition_state_detail(v, False)) for v in good], pa.string())
     cluster, zxid, path, op = (pc.take(batch[c], take) for c in ("cluster", "zxid", "path", "op"))
@@ -264,7 +264,7 @@ def fast_topic_assignments(batch: pa.RecordBatch, arrow_schema: pa.Schema) -> tu
     if batch.num_rows == 0:
         return None, batch
     m = pc.extract_regex(batch["path"], _TOPIC_PATH)
-    candidate = pc.fill_null(pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array(["CREATE", "SET"]))),
+    candidate = pc.fill_null(pc.and_(pc.and_(pc.is_valid(m), pc.is_in(batch["op"], pa.array([str(ZnodeOp.CREATE), str(ZnodeOp.SET)]))),
                                      pc.is_valid(batch["data"])), False)
     if not pc.any(candidate).as_py():
         return None, batch
@@ -328,7 +328,7 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
     """``dedupe_znode_events`` on a driver-side Arrow table (a small increment): the same rule, same rows kept."""
     if bronze.num_rows == 0:
         return bronze
-    is_txn = pc.fill_null(pc.equal(bronze["source"], "txnlog"), False)
+    is_txn = pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False)
     zxid = bronze["zxid"]
     covered = pa.array(np.zeros(bronze.num_rows, bool))
     txn = bronze.select(["cluster", "zxid"]).filter(is_txn)  # (filtering the payload columns costs seconds)
