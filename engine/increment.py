@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakehouse.spark_schema import spark_schema
 from models.anomalies import AnomalyKind
 from models.events import Source, TenureSource
 from models.states import DEFAULT_KAFKA_VERSION
@@ -51,7 +52,6 @@ from pipelines.decode import decode_table, decoded_znode_events, split_decoded
 from pipelines.fanout import fanout_rows
 from pipelines.fold_records import FOLD_RECORDS, FoldRecord
 from pipelines.keyed_fold import fold_local, fold_spark
-from pipelines.schemas import schema
 
 log = logging.getLogger(__name__)
 
@@ -222,13 +222,13 @@ _ZOMBIE_WRITE_COLUMNS = ("event_id", "zxid", "event_time", "topic", "partition",
 """What ``zk_split_brain`` reads of a flagged write."""
 
 
-META_SEQ = T.StructType([*schema(METADATA_EVENTS.name).fields, T.StructField("_seq", T.IntegerType())])
+META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])
 
 
 def _arrow_schema(table_or_struct: str | T.StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    struct = schema(table_or_struct) if isinstance(table_or_struct, str) else table_or_struct
+    struct = spark_schema(table_or_struct, nullable=True) if isinstance(table_or_struct, str) else table_or_struct
     return to_arrow_schema(struct)
 
 
@@ -237,7 +237,7 @@ def _empty_arrow(table: str) -> pa.Table:
 
 
 def _arrow_of(rows: list[dict[str, Any]], table: str) -> pa.Table:
-    names = schema(table).fieldNames()
+    names = spark_schema(table).fieldNames()
     return pa.Table.from_pylist([{c: r.get(c) for c in names} for r in rows], schema=_arrow_schema(table))
 
 

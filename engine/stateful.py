@@ -42,6 +42,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from lakehouse.spark_io import stream_table, write_batch
+from lakehouse.spark_schema import spark_schema
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
     METADATA_EVENTS,
@@ -54,7 +55,6 @@ from models.tables import (
 from pipelines.bucket_fold import BROADCAST_TYPES, FOLDED_TYPES, BucketState, fold_bucket
 from pipelines.decode import decode_table
 from pipelines.fold_records import FOLD_OUT, FoldRecord
-from pipelines.schemas import schema
 
 if TYPE_CHECKING:
     from lakehouse import Lake
@@ -67,7 +67,7 @@ DEFAULT_BUCKETS = 32
 """Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
 BUCKET_COLUMN = "bucket"
 SEQ_COLUMN = "seq"  # ``_seq`` while grouped: pandas frames of transformWithStateInPandas rename "_x" columns
-META_SEQ = T.StructType([*schema(METADATA_EVENTS.name).fields, T.StructField("_seq", T.IntegerType())])
+META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])
 """A decoded metadata event as the fold reads it (``_seq``: its order within its zxid)."""
 STATE_STRUCT = T.StructType([T.StructField(n, T.BinaryType()) for n in (PARTITION_STATE.name, REPLICA_STATE.name,
                                                                         "global_events")])

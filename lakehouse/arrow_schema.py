@@ -1,4 +1,6 @@
-"""pyarrow schemas of the lake's tables, derived from ``models.tables`` (the one source of truth)."""
+"""The one mapping from the column types of ``models.tables`` (the one source of truth for columns) to pyarrow
+types, and the pyarrow schemas of the lake's tables built with it. Spark types are derived from this mapping
+(``lakehouse.spark_schema``); no other module maps a column type by itself."""
 
 from __future__ import annotations
 
@@ -36,6 +38,6 @@ def spec_for(table: str) -> TableSpec:
 
 
 def arrow_schema(spec: TableSpec | str) -> pa.Schema:
-    """The pyarrow schema of a table (nullability as in the spec)."""
+    """The pyarrow schema of a table as delta-rs writes it (nullability as in the spec)."""
     s = spec_for(spec) if isinstance(spec, str) else spec
     return pa.schema([pa.field(c.name, arrow_type(c.type), nullable=c.nullable) for c in s.columns])

@@ -1,7 +1,7 @@
 """The lake's tables: names, columns and keys (docs/tables.md), as plain data.
 
-This is the one source of truth for table schemas: ``lakehouse`` turns a spec into a
-pyarrow schema for delta-rs, ``pipelines.schemas`` into a Spark StructType. Column types
+This is the one source of truth for table schemas: ``lakehouse.arrow_schema`` turns a spec into a
+pyarrow schema (the one type mapping), ``lakehouse.spark_schema`` into a Spark StructType from it. Column types
 use a tiny vocabulary: string, int, bigint, double, boolean, timestamp (UTC, microseconds),
 binary, array<int>, array<string>.
 """

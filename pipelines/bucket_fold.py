@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakehouse.spark_schema import spark_arrow_schema
 from models.tables import PARTITION_STATE, REPLICA_STATE
 from pipelines.controller import GLOBAL_TYPES, replay
 from pipelines.fanout import TOPIC_LEVEL_TYPES, fanned_events, fanout_rows, touched_by_fanout
 from pipelines.fold_records import FoldRecord
 from pipelines.keyed_fold import _key_codes, fold_local
-from pipelines.schemas import arrow_schema
 from pipelines.state_machines import PARTITION_TYPES, GlobalContext
 
 FOLDED_TYPES = tuple(dict.fromkeys((*PARTITION_TYPES, *GLOBAL_TYPES)))
@@ -50,7 +50,7 @@ class BucketState:
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
-        return cls(arrow_schema(PARTITION_STATE.name).empty_table(), arrow_schema(REPLICA_STATE.name).empty_table(),
+        return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
                    _global_schema(meta_schema).empty_table())
 
     def to_bytes(self) -> tuple[bytes, bytes, bytes]:

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakehouse.spark_schema import spark_schema
 from models.events import MetadataEvent, MetadataEventType, Source, ZnodeChange, ZnodeOp
 from models.ids import event_id, metadata_event_id
 from models.tables import METADATA_EVENTS, QUARANTINE
@@ -33,7 +34,6 @@ from models.znode_codec import (
 )
 from pipelines.arrow_ids import metadata_event_ids
 from pipelines.parallel import THREADS, concat_or_empty, parallel_map
-from pipelines.schemas import schema
 from pipelines.vector_fold import int_codes
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ SOURCE_RANK = {str(Source.TXNLOG): 0, str(Source.WATCH): 1, str(Source.RESYNC): 
 UNKNOWN_SOURCE_RANK = 9
 
 _OUT_SCHEMA = T.StructType(
-    [*schema(METADATA_EVENTS.name).fields,
+    [*spark_schema(METADATA_EVENTS, nullable=True).fields,
      T.StructField("_seq", T.IntegerType()),
      T.StructField("_ok", T.BooleanType()),
      T.StructField("q_source", T.StringType()),

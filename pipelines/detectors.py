@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakehouse.spark_schema import spark_arrow_schema
 from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
@@ -26,12 +27,11 @@ from models.tables import ANOMALIES
 from pipelines.arrow_ids import event_ids
 from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
 from pipelines.parallel import parallel_map
-from pipelines.schemas import arrow_schema
 
 K = AnomalyKind
 Mask: TypeAlias = pa.Array | pa.ChunkedArray
 
-ANOMALY_SCHEMA = arrow_schema(ANOMALIES.name)
+ANOMALY_SCHEMA = spark_arrow_schema(ANOMALIES)
 _ROW_COLUMNS = ("topic", "partition", "replica", "broker", "controller_id", "controller_epoch")
 WRITE_DETAILS = ("leader", "leader_epoch", "controller_epoch", "isr", "replicas", "prev_leader", "prev_leader_epoch",
                  "prev_isr", "cur_controller_epoch")

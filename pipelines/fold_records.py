@@ -5,8 +5,18 @@ from __future__ import annotations
 from enum import StrEnum
 
 import pyarrow as pa
-from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
+
+from lakehouse.spark_schema import spark_struct
+from models.tables import (
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+    Column,
+    TableSpec,
+)
 
 
 class FoldRecord(StrEnum):
@@ -24,36 +34,43 @@ FOLD_RECORDS = tuple(FoldRecord)
 """The record kinds in output order."""
 
 
-FOLD_OUT = T.StructType([
-    T.StructField("rec", T.StringType()), T.StructField("cluster", T.StringType()),
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("replica", T.IntegerType()), T.StructField("zxid", T.LongType()),
-    T.StructField("event_time", T.TimestampType()), T.StructField("from_state", T.StringType()),
-    T.StructField("to_state", T.StringType()), T.StructField("legal", T.BooleanType()),
-    T.StructField("cause", T.StringType()), T.StructField("event_id", T.StringType()),
-    T.StructField("state", T.StringType()), T.StructField("leader", T.IntegerType()),
-    T.StructField("leader_epoch", T.IntegerType()), T.StructField("controller_epoch", T.IntegerType()),
-    T.StructField("isr", T.ArrayType(T.IntegerType())), T.StructField("replicas", T.ArrayType(T.IntegerType())),
-    T.StructField("as_of_zxid", T.LongType()), T.StructField("prev_leader", T.IntegerType()),
-    T.StructField("prev_leader_epoch", T.IntegerType()), T.StructField("prev_isr", T.ArrayType(T.IntegerType())),
-    T.StructField("prev_controller_epoch", T.IntegerType()), T.StructField("cur_controller_epoch", T.IntegerType()),
-    T.StructField("leader_live", T.BooleanType()), T.StructField("deletion_pending", T.BooleanType()),
-])
+def _union(*specs: TableSpec) -> list[Column]:
+    """The columns of ``specs``, each name once, in the order first seen (a name must have one type in all)."""
+    seen: dict[str, Column] = {}
+    for spec in specs:
+        for c in spec.columns:
+            if seen.setdefault(c.name, c).type != c.type:
+                raise TypeError(f"{c.name}: {seen[c.name].type} in one table, {c.type} in {spec.name}")
+    return list(seen.values())
+
+
+def _picked(spec: TableSpec, *names: str) -> list[Column]:
+    return [spec.column(n) for n in names]
+
+
+FOLD_OUT = spark_struct([
+    Column("rec", "string"),  # a FoldRecord
+    # the rows of the four tables the fold writes, each in its table's columns
+    *_union(REPLICA_TRANSITIONS, PARTITION_TRANSITIONS, PARTITION_STATE, REPLICA_STATE),
+    # a WRITE's view before it and its cluster context, for the detectors (in no table)
+    Column("prev_leader", "int"), Column("prev_leader_epoch", "int"), Column("prev_isr", "array<int>"),
+    Column("prev_controller_epoch", "int"), Column("cur_controller_epoch", "int"),
+    Column("leader_live", "boolean"), Column("deletion_pending", "boolean"),
+], nullable=True)
 
 
 FOLD_ARROW_SCHEMA: pa.Schema = to_arrow_schema(FOLD_OUT)
 
 
-FOLD_INPUT = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()), T.StructField("zxid", T.LongType()),
-    T.StructField("_seq", T.IntegerType()), T.StructField("ord", T.IntegerType()),
-    T.StructField("event_time", T.TimestampType()), T.StructField("type", T.StringType()),
-    T.StructField("leader", T.IntegerType()), T.StructField("leader_epoch", T.IntegerType()),
-    T.StructField("controller_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
-    T.StructField("replicas", T.ArrayType(T.IntegerType())), T.StructField("event_id", T.StringType()),
-    T.StructField("state", T.StringType()), T.StructField("seed_replica_ids", T.ArrayType(T.IntegerType())),
-    T.StructField("seed_replica_states", T.ArrayType(T.StringType())), T.StructField("broker", T.IntegerType()),
-])
+FOLD_INPUT = spark_struct([
+    *_picked(METADATA_EVENTS, "cluster", "topic", "partition", "zxid"),
+    Column("_seq", "int"), Column("ord", "int"),  # the order of one zxid's events; 0 for a seed, 1 for an event
+    *_picked(METADATA_EVENTS, "event_time", "type", "leader", "leader_epoch", "controller_epoch", "isr",
+             "replicas", "event_id"),
+    # a seed's carried partition state and its replicas' states
+    *_picked(PARTITION_STATE, "state"), Column("seed_replica_ids", "array<int>"),
+    Column("seed_replica_states", "array<string>"),
+    *_picked(METADATA_EVENTS, "broker"),
+], nullable=True)
 """One row of the keyed fold: an event (ord 1) or a touched key's carried state (ord 0, type SEED)."""
 FOLD_ORDER = ("topic", "partition", "ord", "zxid", "_seq", "event_id")

@@ -19,10 +19,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from lakehouse.spark_schema import spark_schema
 from models.tables import PARTITION_STATE, REPLICA_STATE
 from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_INPUT, FOLD_ORDER, FOLD_OUT, FOLD_RECORDS
 from pipelines.parallel import concat_or_empty, parallel_map
-from pipelines.schemas import local_df, schema
+from pipelines.schemas import local_df
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
 from pipelines.vector_fold import fold_parts, fold_table, int_codes
 
@@ -130,8 +131,8 @@ def fold_spark(spark: SparkSession, meta: DataFrame, fanned: pa.Table, seeds_t: 
           ctx: GlobalContext, kafka_version: str) -> DataFrame:
     """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
     cols = FOLD_INPUT.fieldNames()
-    carried_ps = arrow_df(spark, seeds_t[0], schema(PARTITION_STATE.name))
-    carried_rs = arrow_df(spark, seeds_t[1], schema(REPLICA_STATE.name))
+    carried_ps = arrow_df(spark, seeds_t[0], spark_schema(PARTITION_STATE, nullable=True))
+    carried_rs = arrow_df(spark, seeds_t[1], spark_schema(REPLICA_STATE, nullable=True))
     keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
     fanned_df = arrow_df(spark, _conform(fanned, to_arrow_schema(FOLD_INPUT), ord=1), FOLD_INPUT)
     events = (keyed.withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))
