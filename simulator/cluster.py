@@ -46,6 +46,7 @@ class ZnodeWrite(NamedTuple):
     path: str
     op: str
     data: bytes | None
+    version: int | None = None  # the znode's version after the change, where it carries meaning
 
 
 @dataclass
@@ -104,8 +105,19 @@ class Broker:
         data = payloads.encode_broker_registration(
             self.id, f"broker-{self.id}.sim", 9092, self.cluster.kafka_version, timestamp_ms=self.cluster.clock.ms()
         )
-        client.create(f"/brokers/ids/{self.id}", data, ephemeral=True)
-        self.cluster.record(f"/brokers/ids/{self.id}", "CREATE", data)
+        path = f"/brokers/ids/{self.id}"
+        if self.cluster.version >= (2, 2):  # KAFKA-7165: created empty and set in one multi (the broker epoch)
+            tx = client.transaction()
+            tx.create(path, b"", ephemeral=True)
+            tx.set_data(path, data)
+            tx.commit()
+            self.cluster.record(path, "CREATE", b"", 0)
+            self.cluster.record(path, "SET", data, 1)  # the registration: the set that makes version 1
+        else:
+            client.create(path, data, ephemeral=True)
+            self.cluster.record(path, "CREATE", data)
+        if self.cluster.version < (3, 0):  # 3.0+ asks the controller for a block when a producer needs one
+            self.cluster.allocate_producer_ids(self.id)
 
     def stop_session(self) -> None:
         """Close the session: ZooKeeper deletes this broker's ephemeral znodes (a crash or expiry)."""
@@ -490,8 +502,8 @@ class Cluster:
     def broker_log_dir(self, broker_id: int) -> Path | None:
         return self.log_dir / f"broker-{broker_id}" if self.log_dir is not None else None
 
-    def record(self, path: str, op: str, data: bytes | None) -> None:
-        self.writes.append(ZnodeWrite(path, op, data))
+    def record(self, path: str, op: str, data: bytes | None, version: int | None = None) -> None:
+        self.writes.append(ZnodeWrite(path, op, data, version))
 
     def close(self) -> None:
         for b in self.brokers.values():
@@ -513,10 +525,26 @@ class Cluster:
         self.record(path, "SET", data)
 
     def bootstrap(self) -> None:
-        for path in ("/brokers", "/brokers/ids", "/brokers/topics", "/admin", "/admin/delete_topics", "/config",
-                     "/config/topics", "/isr_change_notification"):
+        """What the first broker of a new cluster writes before anything else: Kafka's persistent top-level
+        paths (with their parents), the config entity paths of its line, the cluster id and, from 2.7, the
+        feature znode its controller creates."""
+        entity_types = ["topics", "clients", "users", "brokers"] + (["ips"] if self.version >= (2, 7) else [])
+        paths = ["/brokers", "/consumers", "/brokers/ids", "/brokers/topics", "/config", "/config/changes", "/admin",
+                 "/admin/delete_topics", "/brokers/seqid", "/isr_change_notification", "/latest_producer_id_block",
+                 "/log_dir_event_notification", *(f"/config/{t}" for t in entity_types), "/cluster"]
+        for path in paths:
             if self.admin.exists(path) is None:
                 self.admin_create(path)
+        if self.admin.exists("/cluster/id") is None:
+            self.admin_create("/cluster/id", payloads.encode_cluster_id(payloads.cluster_id(self.seed)))
+        if self.version >= (2, 7) and self.admin.exists("/feature") is None:
+            self.admin_create("/feature", payloads.encode_feature({}, self.kafka_version))
+
+    def allocate_producer_ids(self, broker_id: int) -> None:
+        """A broker's transaction coordinator takes the next block of 1,000 producer ids at start-up."""
+        data, _ = self.admin.get("/latest_producer_id_block")
+        start = int(json.loads(data)["block_end"]) + 1 if data else 0
+        self.admin_set("/latest_producer_id_block", payloads.encode_producer_id_block(broker_id, start, start + 999))
 
     def exists(self, path: str) -> bool:
         return self.admin.exists(path) is not None

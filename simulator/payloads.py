@@ -22,6 +22,12 @@ def topic_id(seed: int, topic: int) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def cluster_id(seed: int) -> str:
+    """A deterministic cluster id per seed, in Kafka's form (a Uuid string, as /cluster/id holds)."""
+    digest = hashlib.md5(f"sim-cluster:{seed}".encode(), usedforsecurity=False).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
 # ------------------------------------------------------------------------------------- encoders
 # Kafka serialises Scala maps with Jackson: compact separators, UTF-8, the map's own iteration order.
 # - immutable Map with <= 4 entries (Map1..Map4): insertion order;

@@ -23,6 +23,9 @@ from kafkalab.runner import LabResult, LabRun
 from kafkalab.scenarios import FAULT, ROUTINE, SCENARIOS
 from models.anomalies import AnomalyKind as K
 from models.decisions import LogTemplate
+from models.events import Source, ZnodeOp
+from simulator.scenarios import run_scenario
+from tests.znode_facts import check_payload, spec_of
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +197,40 @@ def test_the_older_jar_sets_are_pinned() -> None:
     for line in ("kafka-3.9", "kafka-2.8", "kafka-2.1"):
         sums = (root / line / "sha256sums").read_text().split()
         assert any(name.startswith(("kafka_2.13-", "kafka_2.12-")) for name in sums[1::2]), line
+
+
+LAB_CHROOT = "/"  # the lab's chroot itself, created by the harness, not by a broker
+WRITES = (ZnodeOp.CREATE, ZnodeOp.SET)
+
+
+def test_the_brokers_write_what_the_znode_facts_say(lab: LabResult) -> None:
+    """Issue 18 (5): the facts the simulator is held to (tests/data/kafka/<line>/znodes.json: paths, JSON keys,
+    payload versions) are what these real brokers wrote, every create and set of the whole run."""
+    writes = [r for r in lab.tables["znode_events"] if r["op"] in WRITES and r["path"] != LAB_CHROOT]
+    assert len(writes) > 50
+    problems = sorted({p for r in writes for p in check_payload(lab.line, r["path"], r["data"], r["op"])})
+    assert problems == []
+
+
+def _cluster_level(line: str, path: str) -> str | None:
+    """The facts' pattern of a cluster-wide znode (None for a topic's or a sequential notification's)."""
+    spec = spec_of(line, path)
+    pattern = spec["path"] if spec else path
+    return None if "{topic}" in pattern or "{seq}" in pattern else pattern
+
+
+def test_the_simulator_starts_a_cluster_as_the_real_brokers_did(lab: LabResult, zk_hosts: str, tmp_path: Path) -> None:
+    """Issue 18 (5): a new cluster's first writes, before any topic, are the same znodes with the same ops in the
+    simulator as on the real brokers of the line (the transaction log's record of the lab's start-up)."""
+    first = lab.phases[0].start
+    real = {(_cluster_level(lab.line, r["path"]), str(r["op"])) for r in lab.tables["znode_events"]
+            if r["op"] in WRITES and r["path"] != LAB_CHROOT and r["source"] == Source.TXNLOG and r["txn_time"] < first}
+    simulated: set[tuple[str | None, str]] = set()
+    for w in run_scenario("startup", zk_hosts, lab.line, tmp_path / "logs", seed=1).znode_writes:
+        pattern = _cluster_level(lab.line, w.path)
+        if pattern is None:
+            break  # the scenario's first topic: start-up is over
+        if w.op in WRITES:
+            simulated.add((pattern, w.op))
+    assert ("/controller", "CREATE") in real and ("/brokers/ids/{id}", "CREATE") in real
+    assert real == simulated

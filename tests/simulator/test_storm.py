@@ -58,7 +58,7 @@ def test_failover_storm_leaves_no_partition_offline(zk_hosts: str, tmp_path: Pat
         assert set(state["isr"]) <= live and sorted(state["isr"]) == sorted(p["replicas"]), key
 
     # the whole history: no offline write, every invariant holds, the fold finds no illegal step
-    rows = [(i + 1, w.path, w.op, w.data, None) for i, w in enumerate(writes) if w.op != "MULTI_FAILED"]
+    rows = [(i + 1, w.path, w.op, w.data, w.version) for i, w in enumerate(writes) if w.op != "MULTI_FAILED"]
     events = decode_rows(rows, version)
     assert invariant_breaks(events) == []
     assert fold(events, version).violations == []
