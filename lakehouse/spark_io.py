@@ -120,8 +120,6 @@ def write_batch(
     if last is not None and last >= batch_seq:
         log.info("%s: batch %s/%d already committed, skipped", table, writer_id, batch_seq)
         return False
-    lake.ensure(table)
-    crash_point("before_commit", batch_seq)
     schema = spark_schema(table, nullable=True)
     frame: DataFrame = df
     from pyspark.sql import functions as F
@@ -129,8 +127,10 @@ def write_batch(
     if "cluster" not in frame.columns:
         frame = frame.withColumn("cluster", F.lit(lake.cluster))
     unknown = sorted(set(frame.columns) - set(schema.fieldNames()))
-    if unknown:
+    if unknown:  # refused before anything is created
         raise ValueError(f"{table}: unknown column(s) {', '.join(unknown)}")
+    lake.ensure(table)
+    crash_point("before_commit", batch_seq)
     present = set(frame.columns)
     frame = frame.select(*(F.col(f.name).cast(f.dataType) if f.name in present
                            else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields))

@@ -1,7 +1,8 @@
 """Both Delta engines behind one small interface, so a test can run against either or pair them.
 
 ``delta_engine`` is parametrised over ``delta-rs`` (the deltalake package) and ``connector`` (Delta's Spark
-connector in the session ``spark`` fixture); ``writer_engine``/``reader_engine`` pair them for interop tests.
+connector in the session ``spark`` fixture): the lakehouse contract tests (test_lake.py) run once per engine.
+``writer_engine``/``reader_engine`` pair them for interop tests (test_interop.py).
 The Spark session is only started for the ``connector`` cases.
 """
 

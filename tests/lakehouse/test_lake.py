@@ -1,8 +1,15 @@
-"""The Lake over real Delta tables on disk (delta-rs): schemas, idempotent appends, crashes, time travel."""
+"""The lakehouse contract, once per Delta engine (``delta_engine``: delta-rs through ``Lake``, Delta's Spark connector
+through ``lakehouse.spark_io``): every table's schema round-trips, batches are idempotent by writer id and batch
+sequence, time travel by version and by time, overwrites replace keyed state, a missing table fails clearly. Then
+what only ``Lake`` (delta-rs) does: table creation, input conversion, concurrent writers, crashes, checkpoints.
+
+Reading and writing across engines (one writes, the other reads) is test_interop.py's.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,10 +25,13 @@ from deltalake import DeltaTable
 from lakehouse import Lake, arrow_schema
 from lakehouse.lake import CRASH_ENV
 from models.tables import ALL_TABLES
+from tests.lakehouse.delta_engines import DeltaEngine, sample_rows
 from tests.lakehouse.lake_append_loop import WRITER, batch_rows
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HERE = Path(__file__).parent
+EVENTS = "znode_events"
+STATE_TABLES = ("partition_state", "replica_state")
 
 
 def zrows(n: int, start: int = 0) -> list[dict[str, object]]:
@@ -32,6 +42,162 @@ def zrows(n: int, start: int = 0) -> list[dict[str, object]]:
     ]
 
 
+def zevents(n: int, start: int = 0) -> pa.Table:
+    """``n`` znode_events rows with every column filled (zxid and event ids count up from ``start``)."""
+    return sample_rows(EVENTS, n, start=start, tag="z")
+
+
+def _rows(data: pa.Table) -> list[str]:
+    """Rows as comparable text, order-free."""
+    return sorted(repr(sorted(r.items())) for r in data.to_pylist())
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """A type without its list item's name (delta-rs and Spark call it ``element``, pyarrow ``item``)."""
+    return pa.list_(_plain(t.value_type)) if pa.types.is_list(t) else t
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
+    return [(f.name, _plain(f.type), f.nullable) for f in schema]
+
+
+def _stored(lake: Lake, table: str) -> list[tuple[str, bool]]:
+    """The table's schema in its Delta log: names and nullability."""
+    return [(f.name, f.nullable) for f in pa.schema(DeltaTable(lake.table_path(table)).schema().to_arrow())]
+
+
+def _spec(table: str) -> list[tuple[str, bool]]:
+    return [(c.name, c.nullable) for c in ALL_TABLES[table].columns]
+
+
+# ------------------------------------------------------------------------------------------ the contract, per engine
+@pytest.mark.parametrize("table", sorted(ALL_TABLES))
+def test_every_table_round_trips_its_schema(delta_engine: DeltaEngine, lake: Lake, table: str) -> None:
+    data = sample_rows(table, 3)  # every column filled, lists and binaries included
+    assert delta_engine.lake_write(lake, table, data, writer_id="w", batch_seq=0) is True
+    got = delta_engine.lake_read(lake, table)
+    assert _columns(got.schema) == _columns(arrow_schema(table))  # names, types and nullability of the spec
+    assert _rows(got) == _rows(data)
+    assert _stored(lake, table) == _spec(table)  # the writer kept the table's schema as created
+    assert lake.history(table, limit=1)[0]["engineInfo"].startswith(delta_engine.engine_info)  # the engine wrote it
+
+
+def test_write_fills_cluster_and_missing_columns(delta_engine: DeltaEngine, lake: Lake) -> None:
+    required = [c.name for c in ALL_TABLES[EVENTS].columns if not c.nullable and c.name != "cluster"]
+    partial = zevents(3).select(required)  # no cluster, no nullable column
+    assert delta_engine.lake_write(lake, EVENTS, partial, writer_id="w", batch_seq=0) is True
+    got = delta_engine.lake_read(lake, EVENTS)
+    assert got.num_rows == 3 and set(got.column("cluster").to_pylist()) == {"test"}
+    nullable = [c.name for c in ALL_TABLES[EVENTS].columns if c.nullable]
+    assert {name: got.column(name).null_count for name in nullable} == dict.fromkeys(nullable, 3)
+    assert _rows(got.select(required)) == _rows(partial)
+    explicit = zevents(1, start=10).select(["cluster", *required])
+    explicit = explicit.set_column(0, "cluster", pa.array(["other"]))
+    assert delta_engine.lake_write(lake, EVENTS, explicit, writer_id="w", batch_seq=1) is True
+    clusters = dict(zip(*delta_engine.lake_read(lake, EVENTS).select(["zxid", "cluster"]).to_pydict().values(),
+                        strict=True))
+    assert clusters == {0: "test", 1: "test", 2: "test", 10: "other"}
+
+
+def test_write_refuses_rows_that_break_the_schema(delta_engine: DeltaEngine, lake: Lake) -> None:
+    unknown = zevents(1).append_column("pth", pa.array(["/x"]))
+    with pytest.raises(ValueError, match="unknown column"):
+        delta_engine.lake_write(lake, EVENTS, unknown, writer_id="w", batch_seq=0)
+    assert not lake.exists(EVENTS), "a refused write left a table behind"
+    relaxed = pa.schema([f.with_nullable(True) for f in arrow_schema(EVENTS)])
+    null_path = zevents(2).cast(relaxed)
+    null_path = null_path.set_column(null_path.schema.get_field_index("path"), "path", pa.array(["/a", None]))
+    # refused naming the column: Lake's ValueError (delta-rs), Delta's NOT NULL constraint (connector)
+    with pytest.raises(Exception, match=r"column:? '?path\b"):
+        delta_engine.lake_write(lake, EVENTS, null_path, writer_id="w", batch_seq=0)
+    with pytest.raises(ValueError, match="unknown table"):
+        delta_engine.lake_write(lake, "no_such_table", zevents(1), writer_id="w", batch_seq=0)
+    # nothing was committed: no row, and the batch is still to be written
+    assert lake.row_count(EVENTS) == 0 and lake.last_batch_seq(EVENTS, "w") is None
+    assert delta_engine.lake_write(lake, EVENTS, zevents(2), writer_id="w", batch_seq=0) is True
+
+
+def test_replayed_batch_is_not_written_twice(delta_engine: DeltaEngine, lake: Lake) -> None:
+    assert lake.last_batch_seq(EVENTS, "w") is None
+    meta = {"zkledger.writer": "w", "zkledger.bronze": "3"}
+    assert delta_engine.lake_write(lake, EVENTS, zevents(5), writer_id="w", batch_seq=0, metadata=meta) is True
+    v = lake.version(EVENTS)
+    assert {k: lake.history(EVENTS, limit=1)[0].get(k) for k in meta} == meta  # the metadata is in the commit
+    # crash before the caller recorded its progress: it replays the same batch
+    assert delta_engine.lake_write(lake, EVENTS, zevents(5), writer_id="w", batch_seq=0) is False
+    assert lake.version(EVENTS) == v
+    assert delta_engine.lake_write(lake, EVENTS, zevents(5, 5), writer_id="w", batch_seq=1) is True
+    assert delta_engine.lake_write(lake, EVENTS, zevents(5, 50), writer_id="w", batch_seq=0) is False  # older too
+    assert lake.last_batch_seq(EVENTS, "w") == 1
+    assert lake.last_batch_seq(EVENTS, "other") is None
+    # another writer's seq space is its own
+    assert delta_engine.lake_write(lake, EVENTS, zevents(1, 100), writer_id="other", batch_seq=0) is True
+    assert lake.last_batch_seq(EVENTS, "other") == 0
+    got = delta_engine.lake_read(lake, EVENTS)
+    assert sorted(got.column("zxid").to_pylist()) == [*range(10), 100]
+
+
+def test_empty_batch_still_records_progress(delta_engine: DeltaEngine, lake: Lake) -> None:
+    assert delta_engine.lake_write(lake, "quarantine", sample_rows("quarantine", 0), writer_id="w", batch_seq=3)
+    assert lake.last_batch_seq("quarantine", "w") == 3
+    assert delta_engine.lake_read(lake, "quarantine").num_rows == 0
+    assert delta_engine.lake_write(lake, "quarantine", sample_rows("quarantine", 1), writer_id="w", batch_seq=3) \
+        is False
+
+
+@pytest.mark.parametrize("table", STATE_TABLES)
+def test_overwrite_replaces_a_state_table_idempotently(delta_engine: DeltaEngine, lake: Lake, table: str) -> None:
+    key = list(ALL_TABLES[table].key)
+    state = sample_rows(table, 3, tag="s")
+    assert delta_engine.lake_write(lake, table, state, writer_id="rebuild", batch_seq=0, mode="overwrite") is True
+    first = lake.version(table)
+    newer = sample_rows(table, 1, start=7, tag="n")
+    assert delta_engine.lake_write(lake, table, newer, writer_id="rebuild", batch_seq=1, mode="overwrite") is True
+    assert delta_engine.lake_write(lake, table, state, writer_id="rebuild", batch_seq=1, mode="overwrite") is False
+    got = delta_engine.lake_read(lake, table)
+    assert _rows(got) == _rows(newer)  # replaced, not merged: only the newer state's key is left
+    assert got.select(key).to_pylist() == newer.select(key).to_pylist()
+    assert _rows(delta_engine.lake_read(lake, table, version=first)) == _rows(state)  # the old state stays readable
+    assert _stored(lake, table) == _spec(table)  # an overwrite keeps the spec's schema
+    assert lake.last_batch_seq(table, "rebuild") == 1
+
+
+def test_time_travel_by_version_and_timestamp(delta_engine: DeltaEngine, lake: Lake) -> None:
+    first, second = zevents(2), zevents(3, 2)
+    delta_engine.lake_write(lake, EVENTS, first, writer_id="w", batch_seq=0)  # version 1 (ensure makes 0)
+    time.sleep(0.05)  # distinct commit timestamps (ms resolution)
+    delta_engine.lake_write(lake, EVENTS, second, writer_id="w", batch_seq=1)  # version 2
+    assert delta_engine.lake_read(lake, EVENTS, version=0).num_rows == 0
+    assert _rows(delta_engine.lake_read(lake, EVENTS, version=1)) == _rows(first)
+    assert _rows(delta_engine.lake_read(lake, EVENTS, version=2)) == _rows(pa.concat_tables([first, second]))
+    stamps = {h["version"]: h["timestamp"] for h in lake.history(EVENTS)}
+    at_v1 = datetime.fromtimestamp(stamps[1] / 1000, tz=UTC)
+    assert _rows(delta_engine.lake_read(lake, EVENTS, as_of=at_v1)) == _rows(first)
+    assert _rows(delta_engine.lake_read(lake, EVENTS, as_of=at_v1 + timedelta(milliseconds=1))) == _rows(first)
+    assert delta_engine.lake_read(lake, EVENTS, as_of=datetime.now(UTC) + timedelta(days=1)).num_rows == 5
+    before = datetime.fromtimestamp(stamps[0] / 1000, tz=UTC) - timedelta(seconds=1)
+    with pytest.raises(ValueError, match="no version at or before"):
+        delta_engine.lake_read(lake, EVENTS, as_of=before)
+    with pytest.raises(ValueError, match="version or as_of"):
+        delta_engine.lake_read(lake, EVENTS, version=1, as_of=at_v1)
+
+
+def test_reading_a_missing_table_fails_clearly(delta_engine: DeltaEngine, lake: Lake) -> None:
+    message = f"^table '{EVENTS}' does not exist under {re.escape(lake.root)}$"  # one line: the table, the lake
+    with pytest.raises(FileNotFoundError, match=message):
+        delta_engine.lake_read(lake, EVENTS, version=0)
+    with pytest.raises(FileNotFoundError, match=message):
+        delta_engine.lake_read(lake, EVENTS, as_of=datetime.now(UTC))
+    if delta_engine.name == "delta-rs":
+        with pytest.raises(FileNotFoundError, match=message):
+            delta_engine.lake_read(lake, EVENTS)
+    else:  # read_table documents the one difference: the current snapshot of a missing table is empty
+        now = delta_engine.lake_read(lake, EVENTS)
+        assert now.num_rows == 0 and now.column_names == list(ALL_TABLES[EVENTS].column_names)
+    assert not lake.exists(EVENTS)  # reading created nothing
+
+
+# ------------------------------------------------------------------------------------------ Lake (delta-rs) only
 @pytest.mark.parametrize("table", sorted(ALL_TABLES))
 def test_ensure_creates_every_table_with_the_spec_schema(lake: Lake, table: str) -> None:
     assert not lake.exists(table) and lake.version(table) is None
@@ -55,21 +221,6 @@ def test_schema_types_follow_the_vocabulary() -> None:
     assert arrow_schema("anomalies").field("evidence").type == pa.list_(pa.string())
     assert arrow_schema("znode_events").field("data").type == pa.binary()
     assert not s.field("event_id").nullable and s.field("topic").nullable
-
-
-def test_append_fills_cluster_and_missing_columns(lake: Lake) -> None:
-    assert lake.append("znode_events", zrows(3), writer_id="w", batch_seq=0) is True
-    got = lake.read_arrow("znode_events")
-    assert got.num_rows == 3
-    assert set(got.column("cluster").to_pylist()) == {"test"}
-    assert got.column("data").null_count == 3
-    assert sorted(got.column("zxid").to_pylist()) == [0, 1, 2]
-    assert got.column("observed_at").to_pylist()[0] == T0
-    explicit = [{**zrows(1, 10)[0], "cluster": "other"}]
-    lake.append("znode_events", explicit, writer_id="w", batch_seq=1)
-    clusters = dict(zip(*lake.read_arrow("znode_events").select(["zxid", "cluster"]).to_pydict().values(),
-                        strict=True))
-    assert clusters[10] == "other" and clusters[0] == "test"
 
 
 def test_append_arrow_table_is_reordered_and_cast(lake: Lake) -> None:
@@ -101,39 +252,6 @@ def test_null_in_non_nullable_column_names_table_and_column(lake: Lake) -> None:
         lake.append("znode_events", [{**zrows(1)[0], "pth": "/x"}], writer_id="w", batch_seq=0)
     with pytest.raises(ValueError, match="unknown table"):
         lake.ensure("no_such_table")
-    assert lake.read_arrow("znode_events").num_rows == 0 if lake.exists("znode_events") else True
-
-
-def test_replayed_batch_is_not_written_twice(lake: Lake) -> None:
-    assert lake.last_batch_seq("znode_events", "w") is None
-    assert lake.append("znode_events", zrows(5), writer_id="w", batch_seq=0)
-    v = lake.version("znode_events")
-    # crash before the caller recorded its progress: it replays the same batch
-    assert lake.append("znode_events", zrows(5), writer_id="w", batch_seq=0) is False
-    assert lake.version("znode_events") == v
-    assert lake.append("znode_events", zrows(5, 5), writer_id="w", batch_seq=1)
-    assert lake.append("znode_events", zrows(5), writer_id="w", batch_seq=0) is False  # older too
-    assert lake.last_batch_seq("znode_events", "w") == 1
-    assert lake.last_batch_seq("znode_events", "other") is None
-    # another writer's seq space is its own
-    assert lake.append("znode_events", zrows(1, 100), writer_id="other", batch_seq=0)
-    got = lake.read_arrow("znode_events")
-    assert sorted(got.column("zxid").to_pylist()) == [*range(10), 100]
-
-
-def test_empty_batch_still_records_progress(lake: Lake) -> None:
-    assert lake.append("quarantine", [], writer_id="w", batch_seq=3)
-    assert lake.last_batch_seq("quarantine", "w") == 3
-    assert lake.read_arrow("quarantine").num_rows == 0
-
-
-def test_overwrite_replaces_contents_idempotently(lake: Lake) -> None:
-    state = [{"topic": "t", "partition": p, "state": "OnlinePartition", "as_of_zxid": 5} for p in range(3)]
-    assert lake.overwrite("partition_state", state, writer_id="rebuild", batch_seq=0)
-    assert lake.overwrite("partition_state", state[:1], writer_id="rebuild", batch_seq=1)
-    assert lake.overwrite("partition_state", state, writer_id="rebuild", batch_seq=1) is False
-    got = lake.read_arrow("partition_state")
-    assert got.column("partition").to_pylist() == [0]
 
 
 def test_concurrent_writers_with_different_ids(lake: Lake) -> None:
@@ -181,22 +299,6 @@ def test_sigkilled_append_loop_restarts_exactly(tmp_path: Path) -> None:
     got = lake.read_arrow("znode_events")
     expected = sorted(r["event_id"] for s in range(10) for r in batch_rows(s))
     assert sorted(got.column("event_id").to_pylist()) == expected  # nothing missing, no duplicates
-
-
-def test_time_travel_by_version_and_timestamp(lake: Lake) -> None:
-    lake.append("znode_events", zrows(2), writer_id="w", batch_seq=0)
-    time.sleep(0.05)  # distinct commit timestamps (ms resolution)
-    lake.append("znode_events", zrows(3, 2), writer_id="w", batch_seq=1)
-    assert lake.read_arrow("znode_events", version=1).num_rows == 2
-    assert lake.read_arrow("znode_events", version=2).num_rows == 5
-    assert lake.read_arrow("znode_events", version=0).num_rows == 0
-    stamps = {h["version"]: h["timestamp"] for h in lake.history("znode_events")}
-    at_v1 = datetime.fromtimestamp(stamps[1] / 1000, tz=UTC)
-    assert lake.read_arrow("znode_events", as_of=at_v1).num_rows == 2
-    assert lake.read_arrow("znode_events", as_of=at_v1 + timedelta(milliseconds=1)).num_rows == 2
-    assert lake.read_arrow("znode_events", as_of=datetime.now(UTC) + timedelta(days=1)).num_rows == 5
-    with pytest.raises(ValueError, match="version or as_of"):
-        lake.read_arrow("znode_events", version=1, as_of=at_v1)
 
 
 def test_checkpoints_every_n_versions_and_maintenance(tmp_path: Path) -> None:

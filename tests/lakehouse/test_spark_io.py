@@ -1,5 +1,7 @@
-"""Spark over the lake through Delta's connector: snapshot and time-travel reads, Delta's streaming source with its
-admission control, and the idempotent foreachBatch sink."""
+"""Spark over the lake through Delta's connector: read_table over what delta-rs wrote, Delta's streaming source
+with its admission control, the idempotent foreachBatch sink across restarts and crashes, and the session's check
+for Delta's jars. What every engine's reads and writes guarantee (idempotent batches, time travel, overwrites, ...)
+is the lakehouse contract in test_lake.py, run once per engine."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from lakehouse.spark_io import read_table, stream_table, write_batch
 from lakehouse.spark_schema import spark_schema
 from models.tables import ALL_TABLES
 from tests.lakehouse.lake_append_loop import batch_rows
+from zkledger.errors import UserError
+from zkledger.spark import DELTA_EXTENSION, _require_delta
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).parent
@@ -137,20 +141,6 @@ def test_stream_refuses_a_version_that_rewrites_data(spark: Any, tmp_path: Path)
     assert seen == [0]
 
 
-def test_dataframe_writes_are_idempotent_and_keep_their_metadata(spark: Any, tmp_path: Path) -> None:
-    src, sink = Lake(tmp_path / "src", "c"), Lake(tmp_path / "sink", "c")
-    _fill(src, range(2))
-    frame = read_table(spark, src, "znode_events")
-    assert write_batch(frame, sink, "znode_events", "w", 5, metadata={"zkledger.writer": "w"}) is True
-    assert write_batch(frame, sink, "znode_events", "w", 5) is False  # the same batch again: nothing written
-    assert write_batch(frame, sink, "znode_events", "w", 4) is False  # an older batch: nothing written
-    assert _ids(sink) == _ids(src)
-    assert sink.last_batch_seq("znode_events", "w") == 5  # Delta's txn action, read back by delta-rs
-    assert sink.history("znode_events", limit=1)[0]["zkledger.writer"] == "w"
-    assert write_batch(frame.limit(1), sink, "znode_events", "w", 6, mode="overwrite") is True
-    assert len(_ids(sink)) == 1
-
-
 def _job(src: Path, sink: Path, ckpt: Path, crash: str | None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)])}
     env.pop(CRASH_ENV, None)
@@ -179,3 +169,25 @@ def test_stream_killed_mid_commit_restarts_exactly_once(tmp_path: Path) -> None:
     assert len(got) == len(set(got))  # no duplicates
     assert got == _ids(src)  # nothing missing
     assert sink.last_batch_seq("znode_events", "stream:test") == 1
+
+
+def test_a_spark_without_deltas_jars_fails_with_one_line(spark: Any) -> None:
+    """``_require_delta`` on the session's own JVM, looking through the system class loader: it holds Spark's jars
+    but not Delta's (``spark.jars`` adds those in a child loader), i.e. a Spark started without the connector on
+    its classpath. No second JVM is needed."""
+    _require_delta(spark)  # the session as built has the connector
+    jvm = spark.sparkContext._jvm
+    thread = jvm.java.lang.Thread.currentThread()  # this Python thread's JVM thread (PySpark pins them)
+    own = thread.getContextClassLoader()
+    bare = jvm.java.lang.ClassLoader.getSystemClassLoader()
+    thread.setContextClassLoader(bare)
+    try:
+        jvm.java.lang.Class.forName("org.apache.spark.sql.SparkSession", False, bare)  # Spark's classes it has
+        with pytest.raises(UserError) as failure:
+            _require_delta(spark)
+    finally:
+        thread.setContextClassLoader(own)
+    message = str(failure.value)
+    assert message.startswith("Delta Lake's connector is not on this Spark's classpath; ") and "\n" not in message
+    assert "--jars" in message and DELTA_EXTENSION in message  # the fix is in the message
+    _require_delta(spark)  # the session's own class loader is back
