@@ -859,7 +859,11 @@ _CATALOGUE: tuple[_Entry, ...] = (
        r"topic \S+ (?:successfully completed|\(re\)started)|Some replicas .* for topics scheduled for deletion .*"
        r"|Delete topics listener fired for topics .* to be deleted|Delete topic callback invoked on StopReplica "
        r"response received from broker \d+: .*|Deletion successfully completed for replicas .*|Dead Replicas \(.*\) "
-       r"found for topic \S+|Retrying deletion of topics .* since replicas .* were not successfully deleted)$"),
+       r"found for topic \S+|Retrying deletion of topics .* since replicas .* were not successfully deleted"
+       # ≤2.1 wordings
+       r"|Deletion for replicas [\d,]+ for partition \S+ of topic \S+ in progress|(?:Partition|Topic) deletion callback for \S+"
+       r"|Deletion started for replicas .*|Not retrying deletion of topic \S+ at this time since it is marked "
+       r"ineligible for deletion|Delete topic callback invoked for StopReplicaResponse.*)$"),
     _e(T.MARK_REPLICAS_OFFLINE, K.OTHER, r"^Mark replicas (?P<replicas>.*) on broker (?P<broker>\d+) as offline$"),
     _e(T.STATE_MACHINE_STEP, K.OTHER,
        r"^(?:Invoking state change to \w+ for (?:partitions|replicas) ?.*|Initializing (?:partition|replica) state"
@@ -898,6 +902,10 @@ _CATALOGUE: tuple[_Entry, ...] = (
        rf"^{_CTRL}sending UpdateMetadata request (?P<state>.+?)(?: with +correlationId \d+)? +to brokers? .+? "
        rf"for partition {_TP}$"),
     _e(T.REQUEST_SENT, K.REQUEST_SENT, rf"^Sending StopReplica request .+ to +broker \d+ for partition {_TP}$"),
+    # ≤2.1: the StopReplica batch for one broker, every replica in one line
+    _e(T.REQUEST_SENT_SUMMARY, K.OTHER,
+       r"^(?:The stop replica request \(delete = (?:true|false)\) sent to broker \d+ is ?(?:\[Topic=[\w.-]+,"
+       r"Partition=\d+,Replica=\d+\],?)*|Sending MetadataRequest to Brokers: .* for TopicPartitions: .*)$"),
     _e(T.RESPONSE_RECEIVED, K.OTHER,
        r"^(?:Controller \d+ epoch \d+ )?(?:[Rr]eceived response +.* for (?:a )?request .*sent to broker .*"
        r"|Received error (?:\S+ )?in (?:LeaderAndIsr|UpdateMetadata) +response .* from broker \d+)$"),

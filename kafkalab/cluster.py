@@ -44,12 +44,21 @@ class KafkaLine:
     fences_zk_writes: bool  # the controller's ZooKeeper writes check /controller_epoch's version (2.1+)
     admin_elections: bool  # ElectLeaders (2.2+); older lines use /admin/preferred_replica_election
     admin_reassignments: bool  # AlterPartitionReassignments (2.4+); older lines use /admin/reassign_partitions
+    # CreateTopics with an explicit assignment (2.4+, KIP-464); older lines get the assignment written to
+    # ZooKeeper, as their `kafka-topics --zookeeper` did
+    admin_assignments: bool
+    # How the line's brokers answer Metadata, for the ground truth:
+    # before 2.7 a leader's ISR change reaches the controller, and so every broker's cache, through
+    # /isr_change_notification, which brokers batch: at most every 5 s, at least every 60 s (ReplicaManager)
+    isr_via_notifications: bool
+    # 2.8+ report a leaderless partition's leader epoch and ISR; 2.1 answers epoch -1 and an empty ISR
+    leaderless_detail: bool
 
 
 LINES: dict[str, KafkaLine] = {
-    "3.9": KafkaLine("3.9", "3.9.1", "kafka-3.9", True, True, True),
-    "2.8": KafkaLine("2.8", "2.8.2", "kafka-2.8", True, True, True),
-    "2.1": KafkaLine("2.1", "2.1.1", "kafka-2.1", True, False, False),
+    "3.9": KafkaLine("3.9", "3.9.1", "kafka-3.9", True, True, True, True, False, True),
+    "2.8": KafkaLine("2.8", "2.8.2", "kafka-2.8", True, True, True, True, False, True),
+    "2.1": KafkaLine("2.1", "2.1.1", "kafka-2.1", True, False, False, False, True, False),
 }
 """The lines with a pinned jar set, newest first. `kafka_line` gives a clear error for any other."""
 

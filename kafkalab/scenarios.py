@@ -98,11 +98,18 @@ class Lab:
                               f"broker {broker_id}'s registration to go", timeout_s)
 
     def create_topics(self, topics: dict[str, dict[str, Any]]) -> None:
-        admin = self.admin()
-        try:
-            admin.create_topics(topics, timeout_ms=15000)
-        finally:
-            admin.close()
+        by_zk = {} if self.cluster.kline.admin_assignments else {t: o for t, o in topics.items() if "assignments" in o}
+        for topic, options in by_zk.items():  # AdminZkClient's order: the topic's config first, then its assignment
+            self.cluster.zk_create(f"/config/topics/{topic}", {"version": 1, "config": options.get("configs", {})})
+            self.cluster.zk_create(f"/brokers/topics/{topic}", {"version": 1, "partitions": {
+                str(p): list(r) for p, r in options["assignments"].items()}})
+        by_admin = {t: o for t, o in topics.items() if t not in by_zk}
+        if by_admin:
+            admin = self.admin()
+            try:
+                admin.create_topics(by_admin, timeout_ms=15000)
+            finally:
+                admin.close()
         self.wait_topics(set(topics))
 
     def delete_topics(self, topics: list[str]) -> None:

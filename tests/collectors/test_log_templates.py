@@ -138,6 +138,24 @@ CASES: list[tuple[str, str, str, LogTemplate, K, dict[str, Any]]] = [
     ("3.9", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1] Deletion successfully completed for "
      "replicas [Topic=doomed,Partition=1,Replica=3],[Topic=doomed,Partition=0,Replica=3]", T.TOPIC_DELETION_STEP,
      K.OTHER, {}),
+    # real 2.1.1 brokers (kafkalab, KAFKA_MATRIX=1): the deletion manager's older wordings, the StopReplica batch
+    ("2.1", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1], Deletion for replicas 2,3 for "
+     "partition doomed-0,doomed-1 of topic doomed in progress", T.TOPIC_DELETION_STEP, K.OTHER, {"controller_id": 1}),
+    ("2.1", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1], Partition deletion callback for "
+     "doomed-0,doomed-1", T.TOPIC_DELETION_STEP, K.OTHER, {"controller_id": 1}),
+    ("2.1", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1], Topic deletion callback for doomed",
+     T.TOPIC_DELETION_STEP, K.OTHER, {"controller_id": 1}),
+    ("2.1", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1], Not retrying deletion of topic "
+     "doomed at this time since it is marked ineligible for deletion", T.TOPIC_DELETION_STEP, K.OTHER, {}),
+    ("2.1", "kafka.controller.ControllerBrokerRequestBatch", "The stop replica request (delete = false) sent to "
+     "broker 2 is [Topic=rf1,Partition=0,Replica=2],[Topic=rf3,Partition=1,Replica=2]", T.REQUEST_SENT_SUMMARY,
+     K.OTHER, {}),
+    ("2.1", "kafka.controller.ControllerBrokerRequestBatch", "The stop replica request (delete = true) sent to broker 2 "
+     "is", T.REQUEST_SENT_SUMMARY, K.OTHER, {}),
+    ("2.1", CTRL, "[Controller id=1] Sending MetadataRequest to Brokers: Vector(1, 2, 3) for TopicPartitions: "
+     "ArrayBuffer(rf3-0)", T.REQUEST_SENT_SUMMARY, K.OTHER, {"controller_id": 1}),
+    ("2.1", CTRL, "[Controller id=1] Delete topic callback invoked for StopReplicaResponse(responses={doomed-0=NONE}, "
+     "error=NONE)", T.TOPIC_DELETION_STEP, K.OTHER, {"controller_id": 1}),
     ("3.9", "kafka.controller.TopicDeletionManager", "[Topic Deletion Manager 1] Dead Replicas ([Topic=doomed,"
      "Partition=1,Replica=2],[Topic=doomed,Partition=0,Replica=2]) found for topic doomed", T.TOPIC_DELETION_STEP,
      K.OTHER, {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,20 @@ def test_bad_input_is_a_one_line_error(tmp_path: Path, args: tuple[str, ...], me
     out = zkledger(tmp_path / "lake", "kafka-lab", *args, timeout=60)
     assert out.returncode == 1
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_run_plays_scenarios_and_shows_the_comparison_and_the_report(tmp_path: Path) -> None:
+    """What `make demo-kafka` runs, on a shorter list: brokers up, scenarios played, zkledger's history against
+    Kafka's answers printed, the report written, a one-line summary, exit 0."""
+    lake = tmp_path / "lake"
+    out = zkledger(lake, "kafka-lab", "run", "create", "controller-failover", timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "scenario controller-failover: done" in out.stderr
+    assert "0 mismatches" in out.stdout
+    assert "-> match" in out.stdout
+    summary = out.stdout.strip().splitlines()[-1]
+    points = re.search(r"state matched Kafka at (\d+) of (\d+) points", summary)
+    assert points and points.group(1) == points.group(2) and int(points.group(2)) > 20, summary
+    report = lake / "zkledger-report.html"
+    html = report.read_text(encoding="utf-8")
+    assert "<svg" in html, "the report draws no timeline"

@@ -120,6 +120,7 @@ def _is_broker(pid: int) -> bool:
 
 def _run(args: argparse.Namespace, ctx: Any) -> str:
     from kafkalab import verify
+    from kafkalab.cluster import kafka_line
     from kafkalab.runner import LabRun
     from kafkalab.scenarios import SCENARIOS
     from zkledger.zk_server import EmbeddedZooKeeper
@@ -146,7 +147,8 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
 
     report = write_report(ctx.lake, os.path.join(ctx.lake_root, "zkledger-report.html"))[0]
     print(f"\nreport: {report}", file=sys.stdout)
-    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples)
+    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples,
+                                 kafka_line(res.line))
     return (f"kafka-lab: {len(res.phases)} scenarios on Kafka {args.kafka_version}; state matched Kafka at "
             f"{check.points - len(check.mismatches)} of {check.points} points; {len(res.anomalies)} anomalies; lake "
             f"{ctx.lake_root}")
@@ -154,9 +156,11 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
 
 def print_comparison(res: Any, out: Any) -> None:
     from kafkalab import verify
+    from kafkalab.cluster import kafka_line
     from models.anomalies import describe
 
-    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples)
+    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples,
+                                 kafka_line(res.line))
     logged, tenures = verify.logged_elections(res.logs_root), verify.tenures(res.tables[CONTROLLER_TENURE.name])
     print(f"state --at T vs Kafka: {check.points} settled points, {len(check.mismatches)} mismatches, "
           f"{check.unsettled} in flux, {check.pending_deletion} partitions of topics being deleted (Kafka omits them)",
