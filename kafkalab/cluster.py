@@ -53,12 +53,15 @@ class KafkaLine:
     isr_via_notifications: bool
     # 2.8+ report a leaderless partition's leader epoch and ISR; 2.1 answers epoch -1 and an empty ISR
     leaderless_detail: bool
+    # the level of state.change.logger in the line's shipped config/log4j.properties: older lines shipped TRACE,
+    # where the state machines' steps are logged
+    state_change_level: str
 
 
 LINES: dict[str, KafkaLine] = {
-    "3.9": KafkaLine("3.9", "3.9.1", "kafka-3.9", True, True, True, True, False, True),
-    "2.8": KafkaLine("2.8", "2.8.2", "kafka-2.8", True, True, True, True, False, True),
-    "2.1": KafkaLine("2.1", "2.1.1", "kafka-2.1", True, False, False, False, True, False),
+    "3.9": KafkaLine("3.9", "3.9.1", "kafka-3.9", True, True, True, True, False, True, "INFO"),
+    "2.8": KafkaLine("2.8", "2.8.2", "kafka-2.8", True, True, True, True, False, True, "INFO"),
+    "2.1": KafkaLine("2.1", "2.1.1", "kafka-2.1", True, False, False, False, True, False, "TRACE"),
 }
 """The lines with a pinned jar set, newest first. `kafka_line` gives a clear error for any other."""
 
@@ -92,7 +95,7 @@ log4j.logger.kafka.request.logger=WARN
 log4j.logger.kafka.log.LogCleaner=INFO
 log4j.logger.kafka.controller=TRACE, controllerAppender
 log4j.additivity.kafka.controller=false
-log4j.logger.state.change.logger=INFO, stateChangeAppender
+log4j.logger.state.change.logger={state_change_level}, stateChangeAppender
 log4j.additivity.state.change.logger=false
 """
 
@@ -229,7 +232,7 @@ class KafkaCluster:
         broker.log_dir.mkdir(parents=True, exist_ok=True)
         props = broker.home / "server.properties"
         props.write_text(self._server_properties(broker))
-        (broker.home / "log4j.properties").write_text(_LOG4J)
+        (broker.home / "log4j.properties").write_text(_LOG4J.replace("{state_change_level}", self.kline.state_change_level))
         cmd = [find_java(), *_JVM_OPTS, f"-Dkafka.logs.dir={broker.log_dir}",
                f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
                "-cp", self.classpath, MAIN_CLASS, str(props)]

@@ -28,9 +28,7 @@ compaction then mixes both ranges in each file. After compaction, the table's *z
 zxid-range read touches per file it needs; 1.0 when the files are disjoint) decides: above `ZORDER_MIN_DEPTH`
 the table is Z-ordered on the one column ``zxid`` (a sort), written in row groups of `ROW_GROUP_ROWS` so a read
 skips the parts of a file it does not need. Z-order rewrites the whole table where compaction rewrites only the
-small files, hence the threshold. Measured (benchmarks/maintain_zorder.py, 2 M rows from two interleaved
-writers, 1 % zxid-range reads): compaction alone made reads 2x slower than the unmaintained table, Z-order 3x
-faster, at about 10x the maintenance time. Delta's liquid
+small files, hence the threshold (the figures: `benchmarks/maintain_zorder.py`, in the README). Delta's liquid
 clustering is not used: ``CLUSTER BY`` adds the ``clustering`` and ``domainMetadata`` writer features, and
 delta-rs 1.6.6 then refuses to append.
 
