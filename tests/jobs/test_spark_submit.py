@@ -1,4 +1,6 @@
-"""spark-submit of jobs/check.py to a real Spark standalone master + worker, compared with a local run."""
+"""spark-submit of the jobs to a real Spark standalone master with two workers (1 core each), compared with a
+local run: the quality check, the rebuild, and the streaming monitor killed and restarted, with a worker killed
+mid-stream."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +52,15 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], limit_s: flo
     raise AssertionError(f"{text!r} not seen in {path}: {path.read_text(errors='replace')[-2000:]}")
 
 
+@dataclass
+class Standalone:
+    url: str
+    workers: list[subprocess.Popen[bytes]]
+
+
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real standalone master and one worker (1 core, 1g) from the pinned PySpark; stopped at the end."""
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    """A real standalone master and two workers (1 core, 1g each) from the pinned PySpark; stopped at the end."""
     logs = tmp_path_factory.mktemp("standalone")
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -63,20 +72,29 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
              "--webui-port", "0"], stdout=master_log.open("wb"), stderr=subprocess.STDOUT, env=_env()))
         _wait_for(master_log, "I have been elected leader", procs[0])
-        worker_log = logs / "worker.log"
-        procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1", "--memory", "1g",
-             "--webui-port", "0", "--host", "127.0.0.1", "--work-dir", str(logs / "work")],
-            stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=_env()))
-        _wait_for(worker_log, "Successfully registered with master", procs[1])
-        yield url
+        workers = []
+        for n in (1, 2):
+            worker_log = logs / f"worker-{n}.log"
+            workers.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1", "--memory", "1g",
+                 "--webui-port", "0", "--host", "127.0.0.1", "--work-dir", str(logs / f"work-{n}")],
+                stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
+            procs.append(workers[-1])
+            _wait_for(worker_log, "Successfully registered with master", workers[-1])
+        yield Standalone(url, workers)
     finally:
         for p in reversed(procs):
-            p.terminate()
+            if p.poll() is None:
+                p.terminate()
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+@pytest.fixture
+def standalone(standalone_cluster: Standalone) -> str:
+    return standalone_cluster.url
 
 
 def _archive(dest: Path) -> Path:
@@ -90,12 +108,12 @@ def _archive(dest: Path) -> Path:
     return out
 
 
-def _submit(master: str, tmp_path: Path) -> list[str]:
+def _submit(master: str, tmp_path: Path, cores: int = 1) -> list[str]:
     """spark-submit as the README shows a cluster user: the project archive, Delta's pinned jars and its confs."""
     from zkledger.jvm import DELTA, installed_jars
     from zkledger.spark import DELTA_CATALOG, DELTA_EXTENSION
 
-    return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, "--total-executor-cores", "1",
+    return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, "--total-executor-cores", str(cores),
             "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)),
             "--jars", ",".join(str(j) for j in installed_jars(DELTA)),
             "--conf", f"spark.sql.extensions={DELTA_EXTENSION}",
@@ -157,4 +175,86 @@ def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: A
     for table in ("metadata_events", "partition_transitions", "replica_transitions", "partition_state",
                   "controller_tenure", "anomalies"):
         assert rows(remote, table) == rows(lake, table), table
+    assert "ZOMBIE_CONTROLLER_WRITE" in {r["kind"] for r in remote.read_arrow("anomalies").to_pylist()}
+
+
+def _story() -> Any:
+    """Two controller tenures, two topics, leader moves, ISR changes and a zombie write, in zxid order."""
+    from tests.history import History
+
+    h = History(cluster="cluster-run")
+    h.broker(1).broker(2).broker(3).controller(1, 1)
+    h.topic("t", {0: [1, 2, 3], 1: [2, 3, 1]}).topic("u", {0: [3, 1, 2]})
+    h.state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE").state("t", 1, 2, 0, 1, [2, 3, 1], op="CREATE")
+    h.state("u", 0, 3, 0, 1, [3, 1, 2], op="CREATE")
+    for round_ in range(3):
+        h.state("t", 0, 1, 0, 1, [1, 2]).state("t", 0, 1, 0, 1, [1, 2, 3])  # the leader's ISR shrinks and grows
+        h.state("u", 0, 3, round_ + 1, 1, [3, 1, 2])
+    h.controller(2, 2)
+    h.state("t", 0, 2, 1, 2, [2, 3])  # the new controller moves the leader
+    h.state("t", 1, 3, 1, 1, [3, 1])  # a zombie write: leader change by controller epoch 1 < 2
+    h.state("u", 0, 1, 4, 2, [1, 2])
+    return h
+
+
+def _wait_rows(lake: Any, table: str, at_least: int, proc: subprocess.Popen[bytes], log: Path,
+               limit_s: float = 300) -> int:
+    """Wait until ``table`` holds ``at_least`` rows (a micro-batch committed); the count then."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        n = lake.row_count(table) if lake.exists(table) else 0
+        if n >= at_least:
+            return int(n)
+        assert proc.poll() is None, f"{proc.args} exited: {log.read_text(errors='replace')[-2000:]}"
+        time.sleep(0.2)
+    raise AssertionError(f"{table} never reached {at_least} rows: {log.read_text(errors='replace')[-2000:]}")
+
+
+def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
+        standalone_cluster: Standalone, spark: Any, tmp_path: Path) -> None:
+    """jobs/monitor.py on two workers, one bronze commit per micro-batch and every stage on the executors: the
+    driver is SIGKILLed after its first micro-batch, restarted, and one worker is killed while the restarted
+    monitor streams. The derived tables equal a local rebuild of the same bronze."""
+    import signal
+
+    from engine.rebuild import rebuild
+    from lakehouse import Lake
+    from tests.conftest import assert_same_tables
+
+    h = _story()
+    remote, local = Lake(str(tmp_path / "remote-lake"), h.cluster), Lake(str(tmp_path / "local-lake"), h.cluster)
+    commits = [h.rows[i:i + 2] for i in range(0, len(h.rows), 2)]  # one micro-batch each
+    for target in (remote, local):
+        for seq, rows in enumerate(commits):
+            target.append("znode_events", rows, writer_id="fixture", batch_seq=seq)
+    rebuild(spark, local)
+
+    conf = tmp_path / "cluster.toml"
+    conf.write_text("[pipeline]\nlocal_max_rows = 0\n\n[streaming]\nmax_files_per_trigger = 1\n", encoding="utf-8")
+    job = [*_submit(standalone_cluster.url, tmp_path, cores=2), str(ROOT / "jobs" / "monitor.py"), "--conf", str(conf),
+           "--lake", remote.root, "--cluster", remote.cluster]
+    first_log = tmp_path / "monitor-1.log"
+    first = subprocess.Popen([*job, "--trigger", "1"], stdout=first_log.open("wb"), stderr=subprocess.STDOUT,
+                             env=_env(), cwd=tmp_path, start_new_session=True)
+    try:
+        done_first = _wait_rows(remote, "metadata_events", 1, first, first_log)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
+        first.wait(timeout=60)
+    assert remote.row_count("metadata_events") < local.row_count("metadata_events"), "the first run drained it all"
+
+    second_log = tmp_path / "monitor-2.log"
+    second = subprocess.Popen([*job, "--available-now"], stdout=second_log.open("wb"), stderr=subprocess.STDOUT,
+                              env=_env(), cwd=tmp_path)
+    try:
+        streamed = _wait_rows(remote, "metadata_events", done_first + 1, second, second_log)
+        assert streamed < local.row_count("metadata_events"), "the restarted run drained it all before the kill"
+        victim = standalone_cluster.workers[1]
+        os.killpg(victim.pid, signal.SIGKILL)  # the worker and its executor
+        victim.wait(timeout=60)
+        assert second.wait(timeout=600) == 0, second_log.read_text(errors="replace")[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert_same_tables(remote, local)
     assert "ZOMBIE_CONTROLLER_WRITE" in {r["kind"] for r in remote.read_arrow("anomalies").to_pylist()}
