@@ -119,8 +119,6 @@ def _is_broker(pid: int) -> bool:
 
 
 def _run(args: argparse.Namespace, ctx: Any) -> str:
-    from kafkalab import verify
-    from kafkalab.cluster import kafka_line
     from kafkalab.runner import LabRun
     from kafkalab.scenarios import SCENARIOS
     from zkledger.zk_server import EmbeddedZooKeeper
@@ -142,19 +140,18 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
     finally:
         zk.stop()
     res = lab_run.finish()
-    print_comparison(res, sys.stdout)
+    check = print_comparison(res, sys.stdout)
     from zkledger.report import write_report
 
     report = write_report(ctx.lake, os.path.join(ctx.lake_root, "zkledger-report.html"))[0]
     print(f"\nreport: {report}", file=sys.stdout)
-    check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples,
-                                 kafka_line(res.line))
     return (f"kafka-lab: {len(res.phases)} scenarios on Kafka {args.kafka_version}; state matched Kafka at "
             f"{check.points - len(check.mismatches)} of {check.points} points; {len(res.anomalies)} anomalies; lake "
             f"{ctx.lake_root}")
 
 
-def print_comparison(res: Any, out: Any) -> None:
+def print_comparison(res: Any, out: Any) -> Any:
+    """Print zkledger's history against what Kafka reported; the state comparison (a `verify.StateCheck`)."""
     from kafkalab import verify
     from kafkalab.cluster import kafka_line
     from models.anomalies import describe
