@@ -12,10 +12,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from models.tables import CONTROLLER_TENURE, METADATA_EVENTS, PARTITION_TRANSITIONS
 from zkledger.errors import UserError
+
+if TYPE_CHECKING:
+    from kafkalab.verify import StateCheck
 
 STATE = "lab.json"
 
@@ -150,7 +153,7 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
             f"{ctx.lake_root}")
 
 
-def print_comparison(res: Any, out: Any) -> Any:
+def print_comparison(res: Any, out: Any) -> StateCheck:
     """Print zkledger's history against what Kafka reported; the state comparison (a `verify.StateCheck`)."""
     from kafkalab import verify
     from kafkalab.cluster import kafka_line
@@ -171,3 +174,4 @@ def print_comparison(res: Any, out: Any) -> Any:
         print(f"\n{name} ({kind or 'start-up/shutdown'}): {len(rows)} anomalies", file=out)
         for row in rows:
             print("  " + describe(row)[:220], file=out)
+    return check
