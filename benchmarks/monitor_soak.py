@@ -6,8 +6,8 @@
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (brokers 1..3, partition state znodes). Running as users
 run them: `zkledger collect txnlog --follow` and `zkledger monitor --trigger 1`. A writer makes --rate
 partition-state writes per second for --minutes: mostly ISR changes (the leader shrinks and expands its ISR:
-same leader and leader_epoch), and --elections per second leader changes (a leader_epoch bump), the mix of a
-cluster in steady operation. Every --sample seconds the RSS of the monitor's driver (the Python process and its
+same leader and leader_epoch), and about --elections per second clean leader changes (a leader_epoch bump, the new
+leader from the full ISR), the mix of a cluster in steady operation: no anomaly is due. Every --sample seconds the RSS of the monitor's driver (the Python process and its
 JVM) is recorded. The baseline is the same run's RSS at --baseline-minute (after start-up and warm-up); the
 result is the RSS at the end against it, and the least-squares slope (MB per minute) of the samples after it.
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
 from benchmarks.detection_latency import BROKERS, KAFKA, _cli, _log_digest, _seed_layout
-from models.tables import METADATA_EVENTS, ZNODE_EVENTS
+from models.tables import ANOMALIES, METADATA_EVENTS, ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,9 @@ def _writer(client: Any, paths: list[str], rate: int, elections: float, seconds:
         elect_due = int(elapsed * elections) - elected
         for i in range(max(due, 0)):
             path = paths[int(rng.integers(len(paths)))]
-            if i < elect_due:  # a leader change: a new leader_epoch
+            if i < elect_due and not shrunk[path]:  # a clean leader change: the next leader is in the ISR
                 leader_epoch[path] += 1
                 elected += 1
-                shrunk[path] = False
             else:  # an ISR change by the leader: same leader and leader_epoch
                 shrunk[path] = not shrunk[path]
             leader = BROKERS[leader_epoch[path] % 3]
@@ -141,6 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lake = Lake(lake_dir, cluster="bench")
             bronze = lake.row_count(ZNODE_EVENTS.name)
             events = lake.row_count(METADATA_EVENTS.name)
+            anomalies = lake.row_count(ANOMALIES.name)
         finally:
             stop.set()
             stop_processes(procs)
@@ -153,14 +153,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     change = None if not base or not end or not base["total_mb"] else end["total_mb"] / base["total_mb"] - 1
     summary = [f"{args.rate:,} writes/s ({args.elections:g} leader changes/s) for {args.minutes:g} min over "
                f"{args.partitions:,} partitions; txnlog collector --follow, monitor trigger 1 s",
-               f"{sent:,} writes, {bronze:,} bronze rows, {events:,} metadata events; monitor "
-               f"{'running' if running else 'EXITED'} at the end",
+               f"{sent:,} writes; the txnlog collector stored {bronze:,} rows ({bronze / max(sent, 1):.1%} of the "
+               f"writes, {bronze / (args.minutes * 60):,.0f} rows/s); the monitor derived {events:,} metadata events "
+               f"and {anomalies:,} anomalies; monitor {'running' if running else 'EXITED'} at the end",
                "monitor driver RSS (Python + JVM): " + (
                    f"{base['total_mb']:.0f} MB at minute {base['minute']:g} (baseline), {end['total_mb']:.0f} MB at "
                    f"minute {end['minute']:g} ({change:+.1%}); slope {slope:+.2f} MB/min after the baseline"
                    if base and end and change is not None and slope is not None else "too few samples")]
     return {"benchmark": NAME, "machine": machine(), "params": vars(args) | {"out": None}, "writes_sent": sent,
-            "bronze_rows": bronze, "metadata_events": events, "monitor_running": running, "samples": samples,
+            "bronze_rows": bronze, "metadata_events": events, "anomalies": anomalies, "monitor_running": running, "samples": samples,
             "baseline": base, "end": end, "change": change, "slope_mb_per_min": slope,
             "log_tails": tails if not running else {}, "summary": summary}
 

@@ -39,10 +39,12 @@ class RecentIds:
 
     Each micro-batch asks which of its ids an earlier batch already committed (a change seen by both
     collectors); answering from memory spares a lake scan per batch. Bounded: past ``max_rows`` the
-    lowest zxids are dropped and the floor raised, so older ranges fall back to the lake.
+    lowest zxids are dropped and the floor raised, so older ranges fall back to the lake. Both collectors
+    deliver a change within seconds of each other, so the default (a minute or more of a busy cluster's
+    changes, ~10 MB) answers from memory in steady operation.
     """
 
-    def __init__(self, floor: int | None, max_rows: int = 1_000_000) -> None:
+    def __init__(self, floor: int | None, max_rows: int = 200_000) -> None:
         self.floor = floor  # None: nothing committed before this process, memory is complete
         self.max_rows = max_rows
         self.zxids = pa.chunked_array([], pa.int64())
@@ -61,7 +63,9 @@ class RecentIds:
         if len(self.zxids) > self.max_rows:  # keep the upper half of the zxids, every id at the new floor
             floor = int(np.partition(self.zxids.to_numpy(), len(self.zxids) // 2)[len(self.zxids) // 2])
             keep = pc.greater_equal(self.zxids, floor)
-            self.zxids, self.ids = self.zxids.filter(keep), self.ids.filter(keep)
+            # one chunk each: a filtered chunked array keeps every (emptied) chunk of the batches it dropped
+            self.zxids = pa.chunked_array([self.zxids.filter(keep).combine_chunks()])
+            self.ids = pa.chunked_array([self.ids.filter(keep).combine_chunks()])
             self.floor = floor if self.floor is None else max(self.floor, floor)
 
 

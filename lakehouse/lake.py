@@ -91,10 +91,18 @@ class Lake:
         self.cluster = cluster
         self.checkpoint_interval = checkpoint_interval
         # newest-version handles, brought up to date per use (a monitor reads and writes every table each
-        # micro-batch: replaying the log from the last checkpoint each time cost more than the batch's work)
+        # micro-batch: replaying the log from the last checkpoint each time cost more than the batch's work),
+        # with the version each was loaded at: a handle brought forward commit by commit keeps every one it
+        # applied (its cost grows with uptime), so it is loaded afresh from the newest checkpoint now and then
         self._handles: dict[str, DeltaTable] = {}
+        self._loaded_at: dict[str, int] = {}
         self._handle_locks: dict[str, threading.Lock] = {}
         self._handles_guard = threading.Lock()
+
+    @property
+    def _reload_after(self) -> int:
+        """Commits a cached handle applies one by one before it is loaded afresh (from a checkpoint)."""
+        return max(self.checkpoint_interval, 1) * 2 if self.checkpoint_interval > 0 else 200
 
     def __repr__(self) -> str:
         return f"Lake(root={self.root!r}, cluster={self.cluster!r})"
@@ -126,8 +134,11 @@ class Lake:
                     dt.update_incremental()
                 except Exception:  # the folder was replaced under us: load it afresh
                     dt = None
+            if dt is not None and dt.version() - self._loaded_at[table] >= self._reload_after:
+                dt = None
             if dt is None:
                 dt = self._handles[table] = self._load(table)
+                self._loaded_at[table] = dt.version()
             yield dt
 
     def version(self, table: str) -> int | None:

@@ -134,6 +134,13 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # the status store keeps finished jobs, stages, tasks and SQL executions even without a UI: a monitor
+        # runs several per micro-batch, so Spark's defaults (1,000 of each, 100,000 tasks) grow its heap for hours
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "100",
+        "spark.ui.retainedTasks": "2000",
+        "spark.sql.ui.retainedExecutions": "50",
+        "spark.sql.streaming.ui.retainedProgressUpdates": "50",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.pyspark.python": sys.executable,

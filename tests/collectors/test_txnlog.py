@@ -197,6 +197,34 @@ def test_resume_and_follow_without_duplicates(zk_server: Any, zk_hosts: str, zk:
     assert sorted(r["version"] for r in rows(lake, path="/a")) == [0, 1]
 
 
+def _pending(collector: TxnLogCollector, path: str) -> bool:
+    return any(r["path"] == path for r in collector._pending)
+
+
+def test_following_commits_once_per_flush_interval_and_what_is_pending_at_stop(
+        zk_server: Any, zk_hosts: str, zk: KazooClient, lake: Any) -> None:
+    chroot = chroot_of(zk_hosts)
+    follower = TxnLogCollector(lake, zk_server.data_dir, follow=True, chroot=chroot, flush_seconds=3600)
+    follower.poll_once()  # the first poll commits what is there
+    committed = follower.writer.batches_written
+    for i in range(3):  # three polls, each finding a new change: held back until the interval is up
+        zk.create(f"/paced{i}", b"x")
+        wait_for(lambda: follower.poll_once() == 0 and _pending(follower, f"/paced{i}"))
+    assert follower.writer.batches_written == committed and not rows(lake, path="/paced0")
+    follower.flush_seconds = 0  # the interval is up: the next poll commits all three at once
+    follower.poll_once()
+    assert follower.writer.batches_written == committed + 1
+    assert {r["path"] for r in rows(lake, op="CREATE") if r["path"].startswith("/paced")} == {"/paced0", "/paced1", "/paced2"}
+    # stopping commits what a poll found since the last commit
+    follower.flush_seconds = 3600
+    zk.create("/paced3", b"x")
+    wait_for(lambda: follower.poll_once() == 0 and _pending(follower, "/paced3"))
+    stop = threading.Event()
+    stop.set()
+    follower.run(stop)
+    assert rows(lake, path="/paced3", op="CREATE")
+
+
 def test_snapshot_reader_reads_the_tree(zk_server: Any) -> None:
     snaps = snapshot_files(zk_server.data_dir)
     assert snaps

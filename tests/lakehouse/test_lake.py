@@ -243,6 +243,21 @@ def test_append_arrow_table_is_reordered_and_cast(lake: Lake) -> None:
     assert got.column("cluster").to_pylist() == ["test", "test"]
 
 
+def test_a_long_lived_lake_loads_its_table_afresh_from_a_checkpoint(tmp_path: Path) -> None:
+    """A collector's Lake commits for hours: its cached table handle is replaced every few checkpoints rather
+    than brought forward commit by commit for ever, and what it sees stays the same."""
+    lake = Lake(tmp_path / "lake", cluster="test", checkpoint_interval=3)
+    loaded_at = set()
+    for seq in range(20):
+        lake.append("znode_events", batch_rows(seq, 2), writer_id=WRITER, batch_seq=seq)
+        with lake._current("znode_events") as dt:
+            loaded_at.add(lake._loaded_at["znode_events"])
+            assert dt.version() - lake._loaded_at["znode_events"] < 6
+    assert len(loaded_at) > 2
+    assert lake.last_batch_seq("znode_events", WRITER) == 19
+    assert lake.row_count("znode_events") == 40
+
+
 def test_null_in_non_nullable_column_names_table_and_column(lake: Lake) -> None:
     bad = zrows(2)
     bad[1]["path"] = None

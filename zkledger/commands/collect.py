@@ -139,7 +139,7 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
         collector = TxnLogCollector(
             ctx.lake, data_dir, follow=args.follow, chroot=_chroot(args.chroot, ctx),
             batch_size=ctx.settings.collect.batch_size, poll_seconds=ctx.settings.collect.poll_seconds,
-            progress=progress.advance,
+            flush_seconds=ctx.settings.collect.flush_seconds, progress=progress.advance,
         )
         summary = collector.run(stop)
     line = _line("txnlog", summary) + f", last zxid {summary.get('last_zxid')}"
