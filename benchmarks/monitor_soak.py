@@ -1,10 +1,11 @@
 """Monitor soak: the monitor's memory over a long steady write load (is its RSS flat with uptime?).
 
     python -m benchmarks.monitor_soak [--minutes 30] [--rate 2000] [--elections 10] [--partitions 2000]
-        [--sample 30] [--baseline-minute 2]
+        [--maintain-every 0.1] [--sample 30] [--baseline-minute 2]
 
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (brokers 1..3, partition state znodes). Running as users
-run them: `zkledger collect txnlog --follow` and `zkledger monitor --trigger 1`. A writer makes --rate
+run them: `zkledger collect txnlog --follow` and `zkledger monitor --trigger 1 --maintain-every 0.1` (without
+maintenance every table gains a file per commit, and both Delta engines hold per-file state in memory). A writer makes --rate
 partition-state writes per second for --minutes: mostly ISR changes (the leader shrinks and expands its ISR:
 same leader and leader_epoch), and about --elections per second clean leader changes (a leader_epoch bump, the new
 leader from the full ISR), the mix of a cluster in steady operation: no anomaly is due. Every --sample seconds the RSS of the monitor's driver (the Python process and its
@@ -127,7 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lake_dir = work / "lake"
             procs.append(_cli(lake_dir, "collect", "txnlog", "--dir", str(zk.data_dir), "--follow",
                               log_to=work / "collect.log"))
-            monitor = _cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log")
+            monitor = _cli(lake_dir, "-v", "monitor", "--trigger", "1", "--maintain-every", str(args.maintain_every),
+                           log_to=work / "monitor.log")
             procs.append(monitor)
             start = time.monotonic()
             sampler = threading.Thread(target=_sampler, args=(monitor.pid, start, args.sample, samples, stop),
@@ -148,22 +150,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.close()
             zk.stop()
         tails = {n: _log_digest(work / f"{n}.log") for n in ("collect", "monitor")}
-    base, end = _at(samples, args.baseline_minute), (samples[-1] if samples else None)
-    slope = _slope(samples, "total_mb", args.baseline_minute)
-    change = None if not base or not end or not base["total_mb"] else end["total_mb"] / base["total_mb"] - 1
     summary = [f"{args.rate:,} writes/s ({args.elections:g} leader changes/s) for {args.minutes:g} min over "
-               f"{args.partitions:,} partitions; txnlog collector --follow, monitor trigger 1 s",
+               f"{args.partitions:,} partitions; txnlog collector --follow, monitor trigger 1 s, maintenance every "
+               f"{args.maintain_every:g} h",
                f"{sent:,} writes; the txnlog collector stored {bronze:,} rows ({bronze / max(sent, 1):.1%} of the "
                f"writes, {bronze / (args.minutes * 60):,.0f} rows/s); the monitor derived {events:,} metadata events "
-               f"and {anomalies:,} anomalies; monitor {'running' if running else 'EXITED'} at the end",
-               "monitor driver RSS (Python + JVM): " + (
-                   f"{base['total_mb']:.0f} MB at minute {base['minute']:g} (baseline), {end['total_mb']:.0f} MB at "
-                   f"minute {end['minute']:g} ({change:+.1%}); slope {slope:+.2f} MB/min after the baseline"
-                   if base and end and change is not None and slope is not None else "too few samples")]
+               f"and {anomalies:,} anomalies; monitor {'running' if running else 'EXITED'} at the end"]
+    rss = rss_figures(samples, args.baseline_minute, args.minutes)
     return {"benchmark": NAME, "machine": machine(), "params": vars(args) | {"out": None}, "writes_sent": sent,
-            "bronze_rows": bronze, "metadata_events": events, "anomalies": anomalies, "monitor_running": running, "samples": samples,
-            "baseline": base, "end": end, "change": change, "slope_mb_per_min": slope,
-            "log_tails": tails if not running else {}, "summary": summary}
+            "bronze_rows": bronze, "metadata_events": events, "anomalies": anomalies, "monitor_running": running,
+            "samples": samples, **rss, "log_tails": tails if not running else {}, "summary": summary + rss["rss_lines"]}
+
+
+def rss_figures(samples: list[dict[str, float]], baseline_minute: float, minutes: float) -> dict[str, Any]:
+    """The RSS at the baseline and at the end, and the slopes (MB/min) of each process after the baseline and
+    over the run's second half (start-up and warm-up, e.g. the JVM sizing its heap, are over by then)."""
+    base, end = _at(samples, baseline_minute), (samples[-1] if samples else None)
+    if not base or not end or not base["total_mb"]:
+        return {"baseline": base, "end": end, "rss_lines": ["monitor driver RSS: too few samples"]}
+    change = end["total_mb"] / base["total_mb"] - 1
+    keys = ("python_mb", "jvm_mb", "total_mb")
+    after = {k: _slope(samples, k, baseline_minute) for k in keys}
+    half = {k: _slope(samples, k, minutes / 2) for k in keys}
+
+    def slopes(fig: dict[str, float | None]) -> str:
+        return ", ".join(f"{k.removesuffix('_mb')} {v:+.2f}" for k, v in fig.items() if v is not None) + " MB/min"
+
+    lines = [f"monitor driver RSS (Python + JVM): {base['total_mb']:.0f} MB at minute {base['minute']:g} (baseline), "
+             f"{end['total_mb']:.0f} MB at minute {end['minute']:g} ({change:+.1%})",
+             f"slopes after the baseline: {slopes(after)}; over the second half (minute {minutes / 2:g} on): "
+             f"{slopes(half)}"]
+    return {"baseline": base, "end": end, "change": change, "slope_mb_per_min": after["total_mb"],
+            "slopes_after_baseline": after, "slopes_second_half": half, "rss_lines": lines}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,6 +191,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--elections", type=float, default=10.0,
                    help="of those, leader changes (leader_epoch bumps) per second (default 10)")
     p.add_argument("--partitions", type=int, default=2000, help="partition state znodes (default 2000)")
+    p.add_argument("--maintain-every", type=float, default=0.1, metavar="HOURS",
+                   help="the monitor's `--maintain-every` (default 0.1: compaction every 6 minutes, as a long-running "
+                        "monitor is meant to run; 0 = off)")
     p.add_argument("--sample", type=float, default=30.0, help="seconds between RSS samples (default 30)")
     p.add_argument("--baseline-minute", type=float, default=2.0,
                    help="the same run's RSS at this minute is the baseline (default 2)")

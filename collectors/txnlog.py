@@ -311,7 +311,9 @@ def next_readable_entry(path: str | os.PathLike[str], offset: int, after_zxid: i
 
 
 def _stop(path: str | os.PathLike[str], entries: list[TxnEntry], pos: int, reason: str) -> LogReadResult:
-    log.warning("txn log %s: stopped reading: %s (%d entries read before it)", path, reason, len(entries))
+    # debug: the newest log's unfinished last entry stops every read of a busy log (the collector warns once
+    # it is taken for damage)
+    log.debug("txn log %s: stopped reading: %s (%d entries read before it)", path, reason, len(entries))
     return LogReadResult(entries, pos, reason, clean=False)
 
 
@@ -553,12 +555,26 @@ def choose_base_snapshot(data_dir: str | os.PathLike[str]) -> Snapshot | None:
 # --------------------------------------------------------------------------- the collector
 
 
+LIVE_TAIL_GRACE_S = 2.0
+"""How long the newest log may show the same unreadable entry before it counts as damage: ZooKeeper may be
+half-way through writing it (its buffered stream flushes an entry in pieces, and the file grows in steps)."""
+
+
 @dataclass
 class _FileCursor:
     offset: int = 0
     done: bool = False
     reason: str = ""
     last_zxid: int | None = None  # of the last entry read from the file
+    suspect: int | None = None  # offset of an unreadable entry in the newest log, not yet taken for damage
+    suspect_since: float = 0.0
+
+    def damage_confirmed(self, offset: int) -> bool:
+        """The newest log's entry at ``offset`` has stayed unreadable for ``LIVE_TAIL_GRACE_S``."""
+        now = time.monotonic()
+        if self.suspect != offset:
+            self.suspect, self.suspect_since = offset, now
+        return now - self.suspect_since >= LIVE_TAIL_GRACE_S
 
 
 class TxnLogCollector:
@@ -670,15 +686,24 @@ class TxnLogCollector:
         """Read what is new in one log (named after its ``first`` zxid); ``next_first``: the next log's.
 
         A damaged stretch with readable entries after it (this log's or a finished one's) is reported as
-        lost (GAP + quarantine) and reading goes on after it; a damaged tail ends the read.
+        lost (GAP + quarantine) and reading goes on after it; a damaged tail ends the read. In the newest log,
+        which ZooKeeper may still be writing, an entry counts as damaged only once it has stayed unreadable for
+        ``LIVE_TAIL_GRACE_S`` (following: at a later poll; else after waiting here).
         """
+        live = next_first is None
         while True:
             res = read_log(path, cur.offset)
             for entry in res.entries:
                 self._take(entry, cur)
             cur.offset = res.end_offset
             if res.clean:
+                cur.suspect = None
                 break
+            if live and not cur.damage_confirmed(res.end_offset):
+                if self.follow:
+                    return  # read again at the next poll
+                time.sleep(max(LIVE_TAIL_GRACE_S - (time.monotonic() - cur.suspect_since), 0.0))
+                continue
             resume = next_readable_entry(path, res.end_offset, cur.last_zxid)
             if resume is None:
                 break
@@ -689,6 +714,7 @@ class TxnLogCollector:
         if not res.clean and res.reason != cur.reason:
             cur.reason = res.reason
             self.stopped.append(f"{path.name}: {res.reason}")
+            log.warning("txn log %s: stopped reading: %s", path, res.reason)
         # a newer log exists, so this one is complete (ZooKeeper rolls logs, never appends to old ones)
         cur.done = next_first is not None
         if next_first is not None and not res.clean:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,34 @@ def test_corrupt_and_torn_tails_stop_cleanly(zk_server: Any, zk: KazooClient, tm
     assert not torn.clean and "torn" in torn.reason and len(torn.entries) == len(good.entries) - 1
     summary = TxnLogCollector(lake, tmp_path / "zk").run()
     assert summary["stopped"] and summary["events"] > 0
+
+
+def test_an_entry_zookeeper_is_still_writing_is_read_when_done_not_taken_for_a_gap(
+        zk_server: Any, zk_hosts: str, zk: KazooClient, tmp_path: Path, lake: Any) -> None:
+    """The newest log seen half-way through an entry, with the entries after it already there (the file grew in
+    steps, a buffered write landed in pieces): once the entry is whole, every transaction is read; no GAP."""
+    for i in range(8):
+        zk.create(f"/w{i}", b"x")
+    logdir = _copy_logs(zk_server, tmp_path / "zk")
+    newest = log_files(logdir)[-1][1]
+    whole = newest.read_bytes()
+    offsets = _entry_offsets(newest)
+    entries = read_log(newest).entries
+    half = next(i for i, e in enumerate(entries) if str(getattr(e.record, "path", "")).endswith("/w3"))
+    body = offsets[half] + 12
+    unfinished = bytearray(whole)
+    unfinished[body + 4 : offsets[half + 1]] = bytes(offsets[half + 1] - body - 4)  # the rest not written yet
+    newest.write_bytes(bytes(unfinished))
+    follower = TxnLogCollector(lake, tmp_path / "zk", follow=True, chroot=chroot_of(zk_hosts), flush_seconds=0)
+    follower.poll_once()
+    assert follower.gaps == 0 and not rows(lake, op="GAP")
+    newest.write_bytes(whole)  # ZooKeeper finished the entry
+    time.sleep(0.1)
+    follower.poll_once()
+    summary = follower.summary()
+    assert summary["gaps"] == 0 and summary["quarantined"] == 0 and summary["stopped"] == []
+    assert {f"/w{i}" for i in range(8)} <= {r["path"] for r in rows(lake, op="CREATE")}
+    assert not rows(lake, op="GAP")
 
 
 def _entry_offsets(path: Path) -> list[int]:
