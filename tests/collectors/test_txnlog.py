@@ -236,9 +236,9 @@ def test_following_commits_once_per_flush_interval_and_what_is_pending_at_stop(
     follower = TxnLogCollector(lake, zk_server.data_dir, follow=True, chroot=chroot, flush_seconds=3600)
     follower.poll_once()  # the first poll commits what is there
     committed = follower.writer.batches_written
-    for i in range(3):  # three polls, each finding a new change: held back until the interval is up
-        zk.create(f"/paced{i}", b"x")
-        wait_for(lambda: follower.poll_once() == 0 and _pending(follower, f"/paced{i}"))
+    for path in ("/paced0", "/paced1", "/paced2"):  # polls, each finding a new change: held back until the interval is up
+        zk.create(path, b"x")
+        wait_for(lambda p=path: follower.poll_once() == 0 and _pending(follower, p))
     assert follower.writer.batches_written == committed and not rows(lake, path="/paced0")
     follower.flush_seconds = 0  # the interval is up: the next poll commits all three at once
     follower.poll_once()
