@@ -5,12 +5,13 @@
 
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (brokers 1..3, partition state znodes). Running as users
 run them: `zkledger collect txnlog --follow` and `zkledger monitor --trigger 1 --maintain-every 0.1` (without
-maintenance every table gains a file per commit, and both Delta engines hold per-file state in memory). A writer makes --rate
-partition-state writes per second for --minutes: mostly ISR changes (the leader shrinks and expands its ISR:
-same leader and leader_epoch), and about --elections per second clean leader changes (a leader_epoch bump, the new
-leader from the full ISR), the mix of a cluster in steady operation: no anomaly is due. Every --sample seconds the RSS of the monitor's driver (the Python process and its
-JVM) is recorded. The baseline is the same run's RSS at --baseline-minute (after start-up and warm-up); the
-result is the RSS at the end against it, and the least-squares slope (MB per minute) of the samples after it.
+maintenance every table gains a file per commit, and both Delta engines hold per-file state in memory). A writer
+makes --rate partition-state writes per second for --minutes: mostly ISR changes (the leader shrinks and expands
+its ISR: same leader and leader_epoch), and about --elections per second clean leader changes (a leader_epoch
+bump, the new leader from the full ISR), the mix of a cluster in steady operation: no anomaly is due. Every
+--sample seconds the RSS of the monitor's driver (the Python process and its JVM) is recorded. The baseline is the
+same run's RSS at --baseline-minute (after start-up and warm-up); the result is the RSS at the end against it, and
+the least-squares slopes (MB per minute) of each process after it and over the run's second half.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class Lake:
     @property
     def _reload_after(self) -> int:
         """Commits a cached handle applies one by one before it is loaded afresh (from a checkpoint)."""
-        return max(self.checkpoint_interval, 1) * 2 if self.checkpoint_interval > 0 else 200
+        return 2 * self.checkpoint_interval if self.checkpoint_interval > 0 else 200
 
     def __repr__(self) -> str:
         return f"Lake(root={self.root!r}, cluster={self.cluster!r})"
