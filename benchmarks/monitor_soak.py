@@ -177,12 +177,23 @@ def rss_figures(samples: list[dict[str, float]], baseline_minute: float, minutes
     def slopes(fig: dict[str, float | None]) -> str:
         return ", ".join(f"{k.removesuffix('_mb')} {v:+.2f}" for k, v in fig.items() if v is not None) + " MB/min"
 
+    peaks = _peaks_by_third(samples, baseline_minute)
     lines = [f"monitor driver RSS (Python + JVM): {base['total_mb']:.0f} MB at minute {base['minute']:g} (baseline), "
              f"{end['total_mb']:.0f} MB at minute {end['minute']:g} ({change:+.1%})",
              f"slopes after the baseline: {slopes(after)}; over the second half (minute {minutes / 2:g} on): "
-             f"{slopes(half)}"]
+             f"{slopes(half)}",
+             "peak RSS in each third after the baseline (the JVM's heap grows and shrinks between GC cycles): "
+             + " / ".join(f"{p:.0f}" for p in peaks) + " MB"]
     return {"baseline": base, "end": end, "change": change, "slope_mb_per_min": after["total_mb"],
-            "slopes_after_baseline": after, "slopes_second_half": half, "rss_lines": lines}
+            "slopes_after_baseline": after, "slopes_second_half": half, "peak_mb_by_third": peaks,
+            "rss_lines": lines}
+
+
+def _peaks_by_third(samples: list[dict[str, float]], after_minute: float) -> list[float]:
+    """The highest total RSS in each third of the samples after ``after_minute``: a bounded sawtooth keeps them level."""
+    later = [s["total_mb"] for s in samples if s["minute"] >= after_minute]
+    n = len(later)
+    return [max(later[i * n // 3:(i + 1) * n // 3]) for i in range(3)] if n >= 3 else []
 
 
 def parser() -> argparse.ArgumentParser:

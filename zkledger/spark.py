@@ -121,7 +121,8 @@ def submitted_master() -> str | None:
 def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
     """The Spark conf `build_spark` applies; `settings.spark.extra` wins over the defaults."""
     log4j = _log4j2_file(settings.spark.log_level.upper())
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
+    # System.gc() (Spark's periodic GC below) starts a concurrent G1 cycle rather than a full pause
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:+ExplicitGCInvokesConcurrent"
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
@@ -141,6 +142,10 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.ui.retainedTasks": "2000",
         "spark.sql.ui.retainedExecutions": "50",
         "spark.sql.streaming.ui.retainedProgressUpdates": "50",
+        # Delta reads a new table version's protocol and metadata with a query that has the version as a
+        # literal (the collectors' commits carry no .crc), so a monitor compiles new classes every micro-batch.
+        # Only a concurrent GC cycle unloads them, and a driver with a quiet heap may never start one.
+        "spark.cleaner.periodicGC.interval": "5min",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.pyspark.python": sys.executable,

@@ -45,3 +45,20 @@ def test_extra_conf_from_settings_wins() -> None:
     conf = spark_conf(settings)
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris" and conf["x.y"] == "1"
     assert conf["spark.pyspark.python"] == sys.executable
+
+
+def test_the_driver_jvm_unloads_generated_code_without_a_full_gc_pause(spark: object) -> None:
+    """Spark's periodic System.gc() starts a concurrent G1 cycle (class unloading included), not a full GC."""
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    assert spark.sparkContext.getConf().get("spark.cleaner.periodicGC.interval") == "5min"
+    jvm = spark.sparkContext._jvm
+    management = jvm.java.lang.management.ManagementFactory
+    assert "-XX:+ExplicitGCInvokesConcurrent" in list(management.getRuntimeMXBean().getInputArguments())
+    beans = {bean.getName(): bean for bean in management.getGarbageCollectorMXBeans()}
+    full, young = beans["G1 Old Generation"], beans["G1 Young Generation"]
+    full_before, young_before = full.getCollectionCount(), young.getCollectionCount()
+    jvm.java.lang.System.gc()
+    assert young.getCollectionCount() > young_before  # the cycle's initial-mark pause
+    assert full.getCollectionCount() == full_before
