@@ -29,6 +29,13 @@ class AnomalyKind(StrEnum):
     STALE_ZK_VERSION_ISR_UPDATE = "STALE_ZK_VERSION_ISR_UPDATE"  # KAFKA-2729: a leader's ISR write refused
 
 
+class SplitBrainReason(StrEnum):
+    """Why the logs show two controllers at once (``details.reason`` of a SPLIT_BRAIN from the logs)."""
+
+    SAME_EPOCH = "same_epoch"  # two ids claim one controller epoch: one election makes one controller
+    OVERLAPPING_TERMS = "overlapping_terms"  # an older epoch's controller still acting after a newer one began
+
+
 SEVERITY: Final[dict[AnomalyKind, str]] = {
     AnomalyKind.ILLEGAL_PARTITION_TRANSITION: "error",
     AnomalyKind.ILLEGAL_REPLICA_TRANSITION: "error",

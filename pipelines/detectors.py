@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.spark_schema import spark_arrow_schema
-from models.anomalies import SEVERITY, AnomalyKind
+from models.anomalies import SEVERITY, AnomalyKind, SplitBrainReason
 from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
@@ -241,23 +241,36 @@ DECISION_DETECTORS: tuple[Callable[[pa.Table], pa.Table], ...] = (
 
 
 def detect_split_brain(terms: pa.Table) -> pa.Table:
-    """Two controller ids acting in overlapping time with different epochs (logged-decision terms).
+    """Two controller ids acting as controller at once, from the logged-decision terms.
 
-    ``terms``: controller_tenure rows with source 'logs' (one per controller term: few). The older epoch still
-    acting after the newer one started is Kafka's soft-failure (zombie) shape.
+    ``terms``: controller_tenure rows with source 'logs' (one per (controller id, epoch) seen acting: few).
+    Flagged: two ids claiming the same epoch (an election makes one controller per epoch: ``reason`` same_epoch),
+    and two ids with different epochs whose acting times overlap (the older epoch still acting after the newer
+    one started, Kafka's soft-failure or zombie shape: ``reason`` overlapping_terms).
     """
-    rows = [t for t in terms.to_pylist() if t["start_time"] is not None and t["end_time"] is not None]
-    pairs = [{"cluster": a["cluster"], "event_time": b["start_time"], "controller_id": a["controller_id"],
-              "controller_epoch": a["controller_epoch"], "other_id": b["controller_id"],
-              "other_epoch": b["controller_epoch"], "old_last_seen": a["end_time"]}
-             for a in rows for b in rows
-             if a["controller_id"] != b["controller_id"] and a["controller_epoch"] < b["controller_epoch"]
-             and a["end_time"] >= b["start_time"] and b["end_time"] >= a["start_time"]]
+    rows = sorted((t for t in terms.to_pylist() if t["start_time"] is not None and t["end_time"] is not None),
+                  key=lambda t: (t["start_time"], t["controller_id"]))
+    pairs = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if a["cluster"] != b["cluster"] or a["controller_id"] == b["controller_id"]:
+                continue
+            if a["controller_epoch"] == b["controller_epoch"]:
+                reason = SplitBrainReason.SAME_EPOCH
+            elif a["end_time"] >= b["start_time"] and b["end_time"] >= a["start_time"]:
+                reason = SplitBrainReason.OVERLAPPING_TERMS
+            else:
+                continue
+            old, new = (a, b) if a["controller_epoch"] <= b["controller_epoch"] else (b, a)
+            pairs.append({"cluster": a["cluster"], "event_time": new["start_time"],
+                          "controller_id": old["controller_id"], "controller_epoch": old["controller_epoch"],
+                          "other_id": new["controller_id"], "other_epoch": new["controller_epoch"],
+                          "old_last_seen": old["end_time"], "reason": str(reason)})
     if not pairs:
         return ANOMALY_SCHEMA.empty_table()
     table = pa.Table.from_pylist(pairs)
     return shape(table, pa.array([True] * len(pairs)), K.SPLIT_BRAIN,
-                 ("controller_id", "controller_epoch", "other_id", "other_epoch", "old_last_seen"),
+                 ("controller_id", "controller_epoch", "other_id", "other_epoch", "old_last_seen", "reason"),
                  evidence=lambda r: [f"term:{r['controller_id']}:{r['controller_epoch']}",
                                      f"term:{r['other_id']}:{r['other_epoch']}"])
 

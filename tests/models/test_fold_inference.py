@@ -1,17 +1,9 @@
-"""Controller terms and predicates (docs/invariants.md), and the metadata -> state-machine inference and fold."""
+"""The metadata -> state-machine inference and fold (models/fold.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from models.controller import (
-    ControllerTerm,
-    Decision,
-    build_terms,
-    epoch_regressions,
-    is_zombie_write,
-    split_brain,
-)
 from models.errors import OutOfOrderEventError
 from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
 from models.fold import (
@@ -24,123 +16,13 @@ from models.fold import (
 from models.states import PartitionState as P
 from models.states import ReplicaState as R
 from models.znode_codec import decode
-from simulator.payloads import encode_controller, encode_controller_epoch, encode_partition_state
+from simulator.payloads import encode_partition_state
 
 T = MetadataEventType
 
 
 def ev(zxid: int, type_: T, **kw: object) -> MetadataEvent:
     return MetadataEvent(zxid=zxid, type=type_, **kw)  # type: ignore[arg-type]
-
-
-# ------------------------------------------------------------------------------------------ terms
-def test_terms_two_step_election_up_to_2_0() -> None:
-    events = [
-        ev(10, T.CONTROLLER_ELECTED, controller_id=1),
-        ev(11, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=1),
-        ev(20, T.CONTROLLER_RESIGNED),
-        ev(21, T.CONTROLLER_ELECTED, controller_id=2),
-        ev(23, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=2),
-    ]
-    assert build_terms(events) == [
-        ControllerTerm(1, 1, 10, 20),
-        ControllerTerm(2, 2, 21, None),
-    ]
-
-
-def test_terms_from_real_2_1_multi_payloads_in_either_order() -> None:
-    # 2.1+: create /controller and set /controller_epoch in one multi: one zxid
-    changes = [
-        ZnodeChange(30, "/controller_epoch", ZnodeOp.SET, encode_controller_epoch(5)),
-        ZnodeChange(30, "/controller", ZnodeOp.CREATE, encode_controller(3, 1, "2.8")),
-        ZnodeChange(40, "/controller", ZnodeOp.DELETE),
-        ZnodeChange(41, "/controller", ZnodeOp.CREATE, encode_controller(1, 2, "2.8")),
-        ZnodeChange(41, "/controller_epoch", ZnodeOp.SET, encode_controller_epoch(6)),
-    ]
-    events = [e for c in changes for e in decode(c)]
-    assert build_terms(events) == [ControllerTerm(3, 5, 30, 40), ControllerTerm(1, 6, 41, None)]
-
-
-def test_terms_dedupe_and_election_without_resign() -> None:
-    events = [
-        ev(1, T.CONTROLLER_ELECTED, controller_id=1),
-        ev(1, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=1),
-        ev(2, T.CONTROLLER_ELECTED, controller_id=1),  # resync of the same /controller
-        ev(9, T.CONTROLLER_ELECTED, controller_id=2),  # the delete was missed (watch gap)
-        ev(9, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=2),
-        ev(12, T.PARTITION_STATE_WRITTEN, topic="t", partition=0),
-    ]
-    terms = build_terms(events)
-    assert [(t.controller_id, t.controller_epoch, t.start_zxid, t.end_zxid) for t in terms] == [
-        (1, 1, 1, 9),
-        (2, 2, 9, None),
-    ]
-    assert terms[0].contains(5) and not terms[0].contains(9) and terms[1].contains(10**9)
-
-
-# ------------------------------------------------------------------------------------- predicates
-@pytest.mark.parametrize(
-    ("write_epoch", "current", "bumped", "zombie"),
-    [
-        (4, 5, True, True),  # KAFKA-3083: leader-epoch bump with a stale controller_epoch
-        (4, 5, False, False),  # leader-originated ISR write (IBP <2.7-IV2): legitimate old epoch
-        (5, 5, True, False),
-        (6, 5, True, False),  # newer than what we saw (our epoch view lags): not a zombie
-        (None, 5, True, False),
-        (4, None, True, False),
-    ],
-)
-def test_is_zombie_write(write_epoch: int | None, current: int | None, bumped: bool, zombie: bool) -> None:
-    assert is_zombie_write(write_epoch, current, bumped) is zombie
-
-
-def test_split_brain_stale_epoch_and_overlap() -> None:
-    decisions = [
-        Decision(1, 4, 100, "a"),
-        Decision(2, 5, 110, "b"),
-        Decision(1, 4, 120, "c"),  # the zombie keeps acting after epoch 5 exists
-        Decision(2, 5, 130, "d"),
-    ]
-    found = split_brain(decisions)
-    reasons = [(f.reason, f.controller_ids, f.at) for f in found]
-    assert ("stale_epoch", (2, 1), 120) in reasons
-    assert ("overlapping_terms", (1, 2), 110) in reasons
-    stale = next(f for f in found if f.reason == "stale_epoch")
-    assert stale.refs == ("b", "c") and stale.kind == "SPLIT_BRAIN"
-
-
-def test_split_brain_same_epoch_two_ids() -> None:
-    found = split_brain([Decision(1, 7, 1), Decision(2, 7, 50)])
-    assert [f.reason for f in found if f.reason == "same_epoch"] == ["same_epoch"]
-
-
-def test_clean_failover_is_not_split_brain() -> None:
-    decisions = [Decision(1, 4, 10), Decision(1, 4, 20), Decision(2, 5, 30), Decision(2, 5, 40)]
-    assert split_brain(reversed(decisions)) == []
-
-
-def test_epoch_regressions_i1_i2() -> None:
-    events = [
-        ev(1, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=3),
-        ev(2, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=5),  # a jump: gap, not a regression
-        ev(3, T.CONTROLLER_EPOCH_CHANGED, controller_epoch=4),  # controller-epoch-rises broken
-        ev(4, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=5),
-        ev(5, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=5),  # ISR-only: fine
-        ev(6, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=2, leader_epoch=5),  # no bump
-        ev(7, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=2, leader_epoch=3),  # decreased
-        ev(8, T.TOPIC_DELETED, topic="t"),
-        ev(9, T.PARTITION_STATE_WRITTEN, topic="t", partition=0, leader=1, leader_epoch=0),  # new incarnation
-        ev(10, T.PARTITION_ASSIGNED, topic="u", partition=0, detail={"topic_id": "A"}),
-        ev(11, T.PARTITION_STATE_WRITTEN, topic="u", partition=0, leader=1, leader_epoch=9),
-        ev(12, T.PARTITION_ASSIGNED, topic="u", partition=0, detail={"topic_id": "B"}),
-        ev(13, T.PARTITION_STATE_WRITTEN, topic="u", partition=0, leader=1, leader_epoch=0),
-    ]
-    found = epoch_regressions(events)
-    assert [(r.kind, r.zxid, r.previous, r.current, r.reason) for r in found] == [
-        ("CONTROLLER_EPOCH_REGRESSION", 3, 5, 4, "controller_epoch_decreased"),
-        ("LEADER_EPOCH_REGRESSION", 6, 5, 5, "leader_changed_without_epoch_bump"),
-        ("LEADER_EPOCH_REGRESSION", 7, 5, 3, "leader_epoch_decreased"),
-    ]
 
 
 # -------------------------------------------------------------------------------------- inference
