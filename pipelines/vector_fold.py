@@ -19,6 +19,7 @@ with a ``rec`` discriminator) and the same rules, but without a Python call per 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,33 @@ CAUSES = pa.array(["", *(str(c) for c in (Cause.ASSIGNMENT, Cause.IN_ISR, Cause.
                                            Cause.BROKER_DEREGISTERED, Cause.FAILOVER_RESEED, Cause.FAILOVER_OFFLINE))])
 (C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_CREATED, C_ELECTED, C_NO_LEADER, C_REGISTERED, C_DEREGISTERED, C_RESEED,
  C_FAILOVER_OFFLINE) = range(1, 11)  # indexes into CAUSES
+
+
+class PartitionStep(IntEnum):
+    """What a row does to its partition's state (seeds and failover re-seeds are constant maps of their own)."""
+
+    ASSIGN = 1  # a new assignment: NonExistent -> New
+    ONLINE = 2  # a state write with a leader, new leader or leader epoch: -> Online
+    ISR_ONLY = 3  # a state write at the same leader and epoch (an ISR change): Online stays, no step
+    OFFLINE = 4  # a state write without a leader: -> Offline
+
+
+class ReplicaStep(IntEnum):
+    """What moves one replica at one row of the replica scan (each element of the exploded rows)."""
+
+    SEED = 0  # the carried state (a constant map; not a step)
+    ASSIGN = 1  # in a new assignment: NonExistent -> New
+    IN_ISR = 2  # in a written ISR: -> Online
+    OUT_OF_ISR = 3  # dropped from the ISR by the controller (or while its broker is down): Online -> Offline
+    DEREGISTERED = 4  # its broker went away: New/Online -> Offline
+    REGISTERED = 5  # its broker came back: Offline/DeletionIneligible -> Online
+    RESEED = 6  # a failover re-derives it (a constant map)
+    FAILOVER_OFFLINE = 7  # 2.3+: an ineligible replica goes Offline right after the re-seed
+
+
+REPLICA_STEP_CAUSE = np.array([0, C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_DEREGISTERED, C_REGISTERED, C_RESEED,
+                               C_FAILOVER_OFFLINE])
+"""The CAUSES index of each ReplicaStep's transitions (indexed by the step)."""
 
 
 def int_codes(col: pa.Array | pa.ChunkedArray) -> IntArray:
@@ -186,12 +214,13 @@ class _Tables:
         self.p_reseed_ids = np.zeros(len(ps), np.int32)
         for c, m in self.p_reseed.items():
             self.p_reseed_ids[c] = self.pmon.id_of(m)
-        self.p_ids = {name: self.pmon.id_of(m) for name, m in (("assign", self.p_assign), ("online", self.p_online),
-                                                               ("online_same", self.p_online_same),
-                                                               ("offline", self.p_offline))}
-        self.r_ids = {name: self.rmon.id_of(m) for name, m in (("assign", self.r_assign), ("in", self.r_in),
-                                                               ("out", self.r_out), ("dereg", self.r_dereg),
-                                                               ("reg", self.r_reg), ("di_offline", self.r_di_offline))}
+        self.p_ids = {step: self.pmon.id_of(m) for step, m in (
+            (PartitionStep.ASSIGN, self.p_assign), (PartitionStep.ONLINE, self.p_online),
+            (PartitionStep.ISR_ONLY, self.p_online_same), (PartitionStep.OFFLINE, self.p_offline))}
+        self.r_ids = {step: self.rmon.id_of(m) for step, m in (
+            (ReplicaStep.ASSIGN, self.r_assign), (ReplicaStep.IN_ISR, self.r_in), (ReplicaStep.OUT_OF_ISR, self.r_out),
+            (ReplicaStep.DEREGISTERED, self.r_dereg), (ReplicaStep.REGISTERED, self.r_reg),
+            (ReplicaStep.FAILOVER_OFFLINE, self.r_di_offline))}
 
 
 def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
@@ -358,10 +387,10 @@ class _FastFold:
         offline = self.is_write & ~online
         same = online & (self.leader == prev_leader) & (self.epoch == prev_epoch)
         ids = np.zeros(n, np.int32)  # the identity
-        ids[self.is_assign] = t.p_ids["assign"]
-        ids[online & ~same] = t.p_ids["online"]
-        ids[online & same] = t.p_ids["online_same"]
-        ids[offline] = t.p_ids["offline"]
+        ids[self.is_assign] = t.p_ids[PartitionStep.ASSIGN]
+        ids[online & ~same] = t.p_ids[PartitionStep.ONLINE]
+        ids[online & same] = t.p_ids[PartitionStep.ISR_ONLY]
+        ids[offline] = t.p_ids[PartitionStep.OFFLINE]
         seed_state = self._seed_states()
         ids[self.is_seed] = t.pmon.constants()[seed_state[self.is_seed]]  # a seed is the constant map of its state
         reseed = self._reseed_targets(prev_leader)
@@ -444,9 +473,11 @@ class _FastFold:
         m = e_const == R_DI if self.offline_after_reseed else np.zeros(len(e_rows), bool)
         f_rows, f_rep, f_pos = e_rows[m], e_rep[m], e_pos[m]
         replicas_len = self._list_lengths("replicas")
-        kind = np.concatenate([np.full(len(s_rows), 0), np.full(len(a_rows), 1), np.full(len(i_rows), 2),
-                               np.full(len(o_rows), 3), np.where(self.is_reg[b_rows], 5, 4), np.full(len(e_rows), 6),
-                               np.full(len(f_rows), 7)])
+        S = ReplicaStep
+        kind = np.concatenate([np.full(len(s_rows), S.SEED), np.full(len(a_rows), S.ASSIGN),
+                               np.full(len(i_rows), S.IN_ISR), np.full(len(o_rows), S.OUT_OF_ISR),
+                               np.where(self.is_reg[b_rows], S.REGISTERED, S.DEREGISTERED),
+                               np.full(len(e_rows), S.RESEED), np.full(len(f_rows), S.FAILOVER_OFFLINE)])
         row = np.concatenate([s_rows, a_rows, i_rows, o_rows, b_rows, e_rows, f_rows])
         rep = np.concatenate([s_rep, a_rep, i_rep, o_rep, b_rep, e_rep, f_rep])
         slot = np.concatenate([s_pos - 1_000_000, 1 + a_pos, 1 + i_pos, 1 + isr_len[o_rows] + o_pos,
@@ -462,35 +493,34 @@ class _FastFold:
             boundary[1:] = (self.key_of[row[1:]] != self.key_of[row[:-1]]) | (rep[1:] != rep[:-1])
         start = _segment_starts(boundary)
         ids = np.zeros(len(order), np.int32)  # the identity
-        for k, name in ((1, "assign"), (2, "in"), (3, "out"), (4, "dereg"), (5, "reg"), (7, "di_offline")):
-            ids[kind == k] = t.r_ids[name]
-        constant = (kind == 0) | (kind == 6)
+        for step, map_id in t.r_ids.items():
+            ids[kind == step] = map_id
+        constant = (kind == S.SEED) | (kind == S.RESEED)
         ids[constant] = t.rmon.constants()[const[constant]]
         after = t.rmon.maps[segmented_scan(ids, start, t.rmon.comp), R_NE].astype(np.int64)
         pos = np.arange(len(order))
         before = np.where(pos > start, np.concatenate([[R_NE], after[:-1]]) if len(after) else after, R_NE)
         target = np.full(len(order), -1)
-        target[(kind == 1) & (before == R_NE)] = R_NEW
-        target[(kind == 2) & (before != R_ON)] = R_ON
-        target[(kind == 3) & (before == R_ON)] = R_OFF
-        target[(kind == 4) & np.isin(before, (R_NEW, R_ON))] = R_OFF
-        target[(kind == 5) & np.isin(before, (R_OFF, R_DI))] = R_ON
-        resets = (kind == 6) & (before != const)
+        target[(kind == S.ASSIGN) & (before == R_NE)] = R_NEW
+        target[(kind == S.IN_ISR) & (before != R_ON)] = R_ON
+        target[(kind == S.OUT_OF_ISR) & (before == R_ON)] = R_OFF
+        target[(kind == S.DEREGISTERED) & np.isin(before, (R_NEW, R_ON))] = R_OFF
+        target[(kind == S.REGISTERED) & np.isin(before, (R_OFF, R_DI))] = R_ON
+        resets = (kind == S.RESEED) & (before != const)
         target[resets] = const[resets]
-        target[(kind == 7) & (before == R_DI)] = R_OFF
+        target[(kind == S.FAILOVER_OFFLINE) & (before == R_DI)] = R_OFF
         emitted = target >= 0
         legal = np.zeros(len(order), bool)
         legal[emitted] = t.rl[before[emitted], target[emitted]]
         legal[resets] = True  # a re-seed validates nothing
         # a replica is part of the final state once seeded or after its first legal step (as BucketFolder)
-        present = (kind == 0) | (emitted & legal)
+        present = (kind == S.SEED) | (emitted & legal)
         seg_id = np.cumsum(boundary) - 1
         seg_present = np.zeros(seg_id[-1] + 1 if len(seg_id) else 0, bool)
         np.logical_or.at(seg_present, seg_id, present)
         seg_last = np.append(np.nonzero(boundary)[0][1:] - 1, len(order) - 1) if len(order) else np.zeros(0, np.int64)
         final_idx = seg_last[seg_present]
-        cause = np.array([0, C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_DEREGISTERED, C_REGISTERED, C_RESEED,
-                          C_FAILOVER_OFFLINE])[kind]
+        cause = REPLICA_STEP_CAUSE[kind]
         e = np.nonzero(emitted)[0]
         steps = {"row": row[e], "slot": slot[e], "replica": rep[e], "from": before[e], "to": target[e],
                  "legal": legal[e], "cause": cause[e]}
