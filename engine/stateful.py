@@ -8,12 +8,15 @@ The query (``fold_stream``), on the bronze ``znode_events`` stream (Delta's stre
    (stable across runs and processes); a cluster-wide event (election, epoch change, broker (de)registration,
    ...) or a topic-level deletion (request) without partition is copied to every bucket of its cluster (few
    rows: ``buckets`` copies each);
-3. fold: ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``BucketFoldProcessor``: Python runs once
+3. pack: each task's rows of one (cluster, bucket) become one row holding them as Arrow IPC bytes, so the
+   stateful operator moves a few blobs per bucket, not every row through pandas (its only Python interface);
+4. fold: ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``BucketFoldProcessor``: Python runs once
    per bucket per micro-batch, with the vectorised kernels inside (``pipelines.bucket_fold.fold_bucket``). Each
    bucket replays its cluster's timeline from the cluster-wide events it has seen (all of them, in zxid order:
    the fold sorts by zxid), fans them out over its own known keys and carries its keys' partition and replica
    state. That state is one value per bucket in Spark's state store (RocksDB), as Arrow IPC bytes, and is
-   checkpointed by Spark with the stream's offsets.
+   checkpointed by Spark with the stream's offsets. The bucket's records leave packed the same way;
+5. unpack: ``mapInArrow`` turns each bucket's records back into rows (``FOLD_OUT``).
 
 The sink (``FoldBatchWriter``, ``foreachBatch``) writes each micro-batch from the executors through Delta's
 connector: the transitions appended with the app transaction ``(writer, batch id)``, then the state tables
@@ -31,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,7 +70,10 @@ STATEFUL_WRITER = "stateful-fold"
 DEFAULT_BUCKETS = 32
 """Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
 BUCKET_COLUMN = "bucket"
-SEQ_COLUMN = "seq"  # ``_seq`` while grouped: pandas frames of transformWithStateInPandas rename "_x" columns
+PACKED_COLUMN = "packed"
+PACKED = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
+                       T.StructField(PACKED_COLUMN, T.BinaryType())])
+"""One (cluster, bucket)'s rows as one Arrow IPC stream: what goes in and out of the stateful operator."""
 META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])
 """A decoded metadata event as the fold reads it (``_seq``: its order within its zxid)."""
 STATE_STRUCT = T.StructType([T.StructField(n, T.BinaryType()) for n in (PARTITION_STATE.name, REPLICA_STATE.name,
@@ -77,6 +84,7 @@ STATE_RECORDS = (FoldRecord.PARTITION_TRANSITION, FoldRecord.REPLICA_TRANSITION,
 
 _META_ARROW = to_arrow_schema(META_SEQ)
 _OUT_ARROW = to_arrow_schema(FOLD_OUT)
+_PACKED_ARROW = to_arrow_schema(PACKED)
 
 
 def _decode_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -90,6 +98,40 @@ def _decode_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from meta.to_batches(max_chunksize=200_000)
 
 
+def _pack_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task's routed rows as one PACKED row per (cluster, bucket)."""
+    got = list(batches)
+    if not got:
+        return
+    rows = pa.Table.from_batches(got).sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
+    cluster = rows["cluster"].to_numpy(zero_copy_only=False)
+    bucket = rows[BUCKET_COLUMN].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
+    ends = np.r_[starts[1:], len(bucket)]
+    body = rows.select(_META_ARROW.names).cast(_META_ARROW)
+    blobs = [_ipc(body.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]
+    yield pa.RecordBatch.from_arrays([pa.array(cluster[starts], pa.string()), pa.array(bucket[starts], pa.int32()),
+                                      pa.array(blobs, pa.binary())], schema=_PACKED_ARROW)
+
+
+def _unpack_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Each bucket's packed records as FOLD_OUT rows."""
+    for batch in batches:
+        for blob in batch.column(PACKED_COLUMN).to_pylist():
+            yield from _unipc(blob).to_batches(max_chunksize=100_000)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _unipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.BufferReader(blob)).read_all()
+
+
 def routed(meta: DataFrame, buckets: int) -> DataFrame:
     """Each event with its bucket; a partition-less cluster-wide or topic-level event once per bucket."""
     broadcast = F.col("type").isin(*BROADCAST_TYPES) & F.col("partition").isNull()
@@ -101,10 +143,11 @@ def routed(meta: DataFrame, buckets: int) -> DataFrame:
 def fold_stream(bronze: DataFrame, buckets: int = DEFAULT_BUCKETS,
                 kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
     """The fold's records (``FOLD_OUT`` rows, ``rec`` in ``STATE_RECORDS``) of a bronze ``znode_events`` stream."""
-    meta = bronze.mapInArrow(_decode_fn, META_SEQ).withColumnRenamed("_seq", SEQ_COLUMN)
-    return (routed(meta, buckets).groupBy("cluster", BUCKET_COLUMN)
-            .transformWithStateInPandas(statefulProcessor=BucketFoldProcessor(kafka_version), outputStructType=FOLD_OUT,
-                                        outputMode="Append", timeMode="None"))
+    packed = routed(bronze.mapInArrow(_decode_fn, META_SEQ), buckets).mapInArrow(_pack_fn, PACKED)
+    folded = packed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
+        statefulProcessor=BucketFoldProcessor(kafka_version), outputStructType=PACKED, outputMode="Append",
+        timeMode="None")
+    return folded.mapInArrow(_unpack_fn, FOLD_OUT)
 
 
 class BucketFoldProcessor(StatefulProcessor):
@@ -117,35 +160,20 @@ class BucketFoldProcessor(StatefulProcessor):
         self.state = handle.getValueState("bucket", STATE_STRUCT)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
-        frames = [f for f in rows if len(f)]
-        if not frames:
+        blobs = [b for frame in rows for b in frame[PACKED_COLUMN]]
+        if not blobs:
             return
-        batch = pa.concat_tables([_from_pandas(f, _META_ARROW, cluster=key[0]) for f in frames])
+        batch = pa.concat_tables([_unipc(b) for b in blobs])
         stored = self.state.get() if self.state.exists() else None
         carried = BucketState.from_bytes(tuple(stored)) if stored is not None else BucketState.empty(_META_ARROW)
         records, after = fold_bucket(carried, batch, self.kafka_version)
         self.state.update(after.to_bytes())
         out = pa.concat_tables([records[rec].cast(_OUT_ARROW) for rec in STATE_RECORDS])
         if out.num_rows:
-            yield out.to_pandas(date_as_object=False)
+            yield pd.DataFrame({"cluster": [key[0]], BUCKET_COLUMN: [key[1]], PACKED_COLUMN: [_ipc(out)]})
 
     def close(self) -> None:
         pass
-
-
-def _from_pandas(frame: pd.DataFrame, target: pa.Schema, cluster: str) -> pa.Table:
-    """A pandas frame from Spark as Arrow with ``target``'s types (nullable ints arrive as floats); the grouping
-    key's ``cluster`` when the frame leaves it out."""
-    cols = []
-    for f in target:
-        if f.name not in frame.columns and f.name == "cluster":
-            cols.append(pa.array([cluster] * len(frame), f.type))
-            continue
-        values = frame[SEQ_COLUMN if f.name == "_seq" else f.name]
-        if pa.types.is_timestamp(f.type) and getattr(values.dtype, "tz", None) is None:
-            values = values.dt.tz_localize("UTC")  # Spark hands timestamps over naive, in the session zone (UTC)
-        cols.append(pa.Array.from_pandas(values, type=f.type))
-    return pa.Table.from_arrays(cols, schema=target)
 
 
 class FoldBatchWriter:

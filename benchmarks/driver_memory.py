@@ -1,0 +1,128 @@
+"""Driver memory against history length: the peak RSS of `zkledger rebuild` over 1 M, 10 M and 30 M events.
+
+    python -m benchmarks.driver_memory [--events 1000000 10000000 30000000] [--partitions 200000]
+
+Each size is its own lake: `zkledger simulate --offline` writes the history (the same 200,000 partitions for
+every size, so only the length of the history differs), then `zkledger rebuild` runs in a process of its own,
+as users run it, with the shipped settings. The peak resident set of that process and of its JVM (the driver's
+and, in `local[*]`, the executors') is read from the kernel's high-water mark (VmHWM) while they run. The
+baseline is the smallest size's peak, measured in the same run; flat means every larger size stays within
+±25% of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Timer, base_parser, machine, ratio, run_main, scratch
+from models.tables import ZNODE_EVENTS
+
+log = logging.getLogger(__name__)
+
+NAME = "driver_memory"
+FLAT_WITHIN = 0.25
+
+
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    kids = [int(p) for p in out.split()]
+    return kids + [g for k in kids for g in _children(k)]
+
+
+def _watch_peaks(pid: int, peaks: dict[str, float], stop: threading.Event) -> None:
+    """Keep the highest VmHWM (MiB) seen of the process and of its descendants (its JVM) until ``stop``."""
+    while not stop.wait(0.5):
+        peaks["python_mib"] = max(peaks["python_mib"], _status_kb(pid, "VmHWM") / 1024)
+        jvm = sum(_status_kb(c, "VmHWM") for c in _children(pid)) / 1024
+        peaks["jvm_mib"] = max(peaks["jvm_mib"], jvm)
+
+
+def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:
+    with log_to.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "zkledger.cli", *args], stdout=out, stderr=subprocess.STDOUT)
+
+
+def rebuild_peak(lake_dir: Path, log_to: Path) -> dict[str, Any]:
+    """`zkledger rebuild` of ``lake_dir`` in its own process: wall time and peak RSS (Python, JVM)."""
+    peaks = {"python_mib": 0.0, "jvm_mib": 0.0}
+    stop = threading.Event()
+    start = time.perf_counter()
+    proc = _cli("--lake", str(lake_dir), "--cluster", "bench", "rebuild", log_to=log_to)
+    watcher = threading.Thread(target=_watch_peaks, args=(proc.pid, peaks, stop), daemon=True)
+    watcher.start()
+    rc = proc.wait()
+    stop.set()
+    watcher.join()
+    if rc != 0:
+        raise SystemExit(f"rebuild of {lake_dir} failed (rc {rc}); see {log_to}")
+    return {"wall_s": round(time.perf_counter() - start, 1), "python_peak_mib": round(peaks["python_mib"]),
+            "jvm_peak_mib": round(peaks["jvm_mib"]), "peak_mib": round(peaks["python_mib"] + peaks["jvm_mib"])}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from lakehouse import Lake
+
+    t = Timer()
+    runs: list[dict[str, Any]] = []
+    with scratch(args) as work:
+        for events in sorted(args.events):
+            lake_dir = work / f"lake-{events}"
+            with t.phase(f"generate.{events}"):
+                gen = _cli("--lake", str(lake_dir), "--cluster", "bench", "simulate", "--offline", "--events",
+                           str(events), "--partitions", str(args.partitions), log_to=work / "simulate.log")
+                if gen.wait() != 0:
+                    raise SystemExit(f"simulate --offline failed; see {work / 'simulate.log'}")
+            bronze = Lake(lake_dir, cluster="bench").row_count(ZNODE_EVENTS.name)
+            peak = rebuild_peak(lake_dir, work / f"rebuild-{events}.log")
+            runs.append({"events": events, "bronze_rows": bronze, **peak})
+            log.info("rebuild of %s events: %s", f"{events:,}", peak)
+            if not args.keep:  # the 30 M-event lake alone takes gigabytes
+                shutil.rmtree(lake_dir, ignore_errors=True)
+    base = runs[0]
+    for r in runs:
+        r["vs_baseline"] = ratio(r["peak_mib"], base["peak_mib"])
+    flat = all(abs(r["peak_mib"] / base["peak_mib"] - 1) <= FLAT_WITHIN for r in runs)
+    summary = [f"zkledger rebuild, {args.partitions:,} partitions, shipped settings; peak RSS of the rebuild process "
+               f"(Python + its JVM) by history length, baseline = the {base['events']:,}-event run"]
+    summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python {r['python_peak_mib']:,}, JVM "
+                f"{r['jvm_peak_mib']:,}), {r['vs_baseline']}x the baseline; rebuild {r['wall_s']:.0f} s "
+                f"({r['events'] / r['wall_s']:,.0f} events/s incl. process and session start)" for r in runs]
+    summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")
+    return {"benchmark": NAME, "machine": machine(), "params": {"events": sorted(args.events),
+                                                              "partitions": args.partitions},
+            "wall_s": t.wall, "runs": runs, "flat_within": FLAT_WITHIN, "flat": flat, "summary": summary}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000, 30_000_000],
+                   help="history lengths to rebuild (default 1 M, 10 M, 30 M); the smallest is the baseline")
+    p.add_argument("--partitions", type=int, default=200_000, help="partitions in every history (default 200,000)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(NAME, parser(), run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
