@@ -1,21 +1,23 @@
 """The stateful streaming fold (``engine.stateful``) vs a plain per-partition transformWithStateInPandas, one storm.
 
-    python -m benchmarks.stateful_fold [--partitions 20000] [--buckets 32]
+    python -m benchmarks.stateful_fold [--partitions 200000] [--baseline-partitions 20000] [--buckets 32]
 
 Input: ``benchmarks.storm`` (a legal failover storm, RF 3: the preamble and every partition's first state in one
 bronze commit, then a controller failover and a leader move with an ISR shrink for every partition in the next).
-Measured in the same run, on the SAME lake, each from a fresh checkpoint with ``availableNow``:
+Measured in the same run, each from a fresh checkpoint with ``availableNow``:
 
-1. ``engine.stateful`` with its sink: decode (``mapInArrow``), both state machines per key bucket
-   (``groupBy(cluster, bucket).transformWithStateInPandas``, state in RocksDB), the transitions appended and
-   the state tables MERGEd through Delta's connector in ``foreachBatch``;
+1. ``engine.stateful`` with its sink on the storm of --partitions: decode (``mapInArrow``), both state machines
+   per key bucket (``groupBy(cluster, bucket).transformWithStateInPandas``, state in RocksDB), the transitions
+   appended and the state tables MERGEd through Delta's connector in ``foreachBatch``;
 2. the same query with a ``noop`` sink (what the fold costs without the Delta writes);
-3. the baseline: ``benchmarks.streaming_storm.naive_baseline``, one key per (topic, partition), the payload
-   parsed in Spark, one Python fold step per row, ``noop`` sink.
+3. for the ratio, on ONE input, a storm of --baseline-partitions (the same storm when --partitions is that
+   small): 1 and 2 again, and the baseline ``benchmarks.streaming_storm.naive_baseline``: one key per (topic,
+   partition), the payload parsed in Spark, one Python fold step per row, ``noop`` sink. Nothing is
+   extrapolated.
 
 Throughput is bronze events over the query's wall time (session start excluded; each query first runs once on a
-100-partition storm, unmeasured, so none pays the Python workers' start and class loading alone). The driver's peak RSS is the
-Python driver's (``ru_maxrss``) and, separately, the JVM's high-water mark (in ``local[*]`` that JVM also runs
+100-partition storm, unmeasured, so none pays the Python workers' start and class loading alone). The driver's
+peak RSS is the Python driver's (``ru_maxrss``) and, separately, the JVM's high-water mark (in ``local[*]`` that JVM also runs
 the executors' tasks, so it is an upper bound of the driver's).
 """
 
@@ -83,10 +85,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from lakehouse import Lake
 
     t = Timer()
+    sub = min(args.baseline_partitions, args.partitions)
     with scratch(args) as work:
         lake = Lake(work / "lake", cluster="bench")
         with t.phase("generate"):
             events = write_storm(lake, args.partitions)
+            slice_lake = lake if sub == args.partitions else Lake(work / "slice", cluster="bench")
+            slice_events = events if sub == args.partitions else write_storm(slice_lake, sub)
         with t.phase("spark_start"):
             spark = build_session("bench-stateful-fold", args.shuffle_partitions)
         with t.phase("warm_up"):  # each query's first run starts Python workers and loads classes: not measured
@@ -100,11 +105,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             full = stateful(spark, lake, work / "ckpt-delta", args.buckets, "delta")
         with t.phase("stateful_noop"):
             noop = stateful(spark, lake, work / "ckpt-noop", args.buckets, "noop")
+        if slice_lake is lake:
+            slice_delta, slice_noop = full, noop
+        else:
+            with t.phase("slice_stateful_delta"):
+                slice_delta = stateful(spark, slice_lake, work / "ckpt-slice-delta", args.buckets, "delta")
+            with t.phase("slice_stateful_noop"):
+                slice_noop = stateful(spark, slice_lake, work / "ckpt-slice-noop", args.buckets, "noop")
         with t.phase("naive_baseline"):
-            base = naive_baseline(spark, lake, args.partitions, work / "ckpt-naive")
+            base = naive_baseline(spark, slice_lake, sub, work / "ckpt-naive")
         jvm_hwm = _jvm_hwm_mib(spark)
         spark.stop()
-    rates = {name: events / r["wall_s"] for name, r in (("delta", full), ("noop", noop), ("naive", base))}
+    rates = {"delta": events / full["wall_s"], "noop": events / noop["wall_s"]}
+    same = {name: slice_events / r["wall_s"] for name, r in (("delta", slice_delta), ("noop", slice_noop),
+                                                                ("naive", base))}
     py_peak = _python_peak_mib()
     summary = [
         f"storm: {args.partitions:,} partitions (RF 3), {events:,} bronze events, {args.buckets} buckets, "
@@ -112,22 +126,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"stateful fold + Delta writes (transitions appended, state MERGEd): {full['wall_s']:.1f} s = "
         f"{rates['delta']:,.0f} events/s",
         f"stateful fold, noop sink: {noop['wall_s']:.1f} s = {rates['noop']:,.0f} events/s",
-        f"naive per-partition transformWithStateInPandas, noop sink: {base['wall_s']:.1f} s = "
-        f"{rates['naive']:,.0f} events/s ({base['input_rows']:,} rows, measured at this size)",
-        f"ratio stateful/naive: {ratio(rates['delta'], rates['naive'])}x with Delta writes, "
-        f"{ratio(rates['noop'], rates['naive'])}x noop vs noop",
+        f"same input for the ratio: a storm of {sub:,} partitions ({slice_events:,} events): stateful "
+        f"{same['delta']:,.0f} events/s with Delta writes, {same['noop']:,.0f} noop; naive per-partition "
+        f"transformWithStateInPandas, noop sink: {base['wall_s']:.1f} s = {same['naive']:,.0f} events/s "
+        f"({base['input_rows']:,} rows)",
+        f"ratio stateful/naive: {ratio(same['delta'], same['naive'])}x with Delta writes, "
+        f"{ratio(same['noop'], same['naive'])}x noop vs noop",
         f"driver peak RSS: Python {py_peak:,.0f} MiB (after session start and warm-up {rss_after_start:,.0f} MiB); "
         f"driver JVM (also the local executors) {jvm_hwm:,.0f} MiB" if jvm_hwm is not None else
         f"driver peak RSS: Python {py_peak:,.0f} MiB",
     ]
     return {
         "benchmark": NAME, "machine": machine(),
-        "params": {"partitions": args.partitions, "replication_factor": 3, "buckets": args.buckets,
-                   "shuffle_partitions": args.shuffle_partitions},
-        "events": events, "wall_s": t.wall, "stateful_delta": full, "stateful_noop": noop, "naive": base,
+        "params": {"partitions": args.partitions, "baseline_partitions": sub, "replication_factor": 3,
+                   "buckets": args.buckets, "shuffle_partitions": args.shuffle_partitions},
+        "events": events, "slice_events": slice_events, "wall_s": t.wall, "stateful_delta": full,
+        "stateful_noop": noop, "slice_stateful_delta": slice_delta, "slice_stateful_noop": slice_noop, "naive": base,
         "events_per_s": {k: round(v) for k, v in rates.items()},
-        "stateful_vs_naive": ratio(rates["delta"], rates["naive"]),
-        "stateful_noop_vs_naive": ratio(rates["noop"], rates["naive"]),
+        "slice_events_per_s": {k: round(v) for k, v in same.items()},
+        "stateful_vs_naive": ratio(same["delta"], same["naive"]),
+        "stateful_noop_vs_naive": ratio(same["noop"], same["naive"]),
         "driver_python_peak_rss_mib": py_peak, "driver_jvm_peak_rss_mib": jvm_hwm, "summary": summary,
     }
 
@@ -138,8 +156,11 @@ def spark_partitions(args: argparse.Namespace) -> str:
 
 def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
-    p.add_argument("--partitions", type=int, default=20_000,
-                   help="partitions in the storm; both queries run on all of them (default 20,000)")
+    p.add_argument("--partitions", type=int, default=200_000,
+                   help="partitions in the storm the stateful fold's throughput is measured on (default 200,000)")
+    p.add_argument("--baseline-partitions", type=int, default=20_000,
+                   help="the naive processor and the ratio run on a storm of this many partitions (default 20,000; "
+                        "the stateful fold runs on it too)")
     p.add_argument("--buckets", type=int, default=32, help="key buckets of the stateful fold (default 32)")
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
     return p

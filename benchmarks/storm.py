@@ -81,6 +81,6 @@ def write_storm(lake: Any, partitions: int, brokers: int = 6) -> int:
     z2 = z + partitions
     during = pa.concat_tables([_controller_rows(lake.cluster, z2, 2, 2, "SET").select(_COLUMNS),
                                _state_rows(lake.cluster, z2 + 2, partitions, brokers, storm=True).select(_COLUMNS)])
-    lake.append(ZNODE_EVENTS.name, before, writer_id="bench-storm", batch_seq=0)
-    lake.append(ZNODE_EVENTS.name, during, writer_id="bench-storm", batch_seq=1)
+    lake.append(ZNODE_EVENTS.name, before, writer_id=f"bench-storm-{lake.cluster}", batch_seq=0)
+    lake.append(ZNODE_EVENTS.name, during, writer_id=f"bench-storm-{lake.cluster}", batch_seq=1)
     return int(before.num_rows + during.num_rows)
