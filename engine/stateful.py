@@ -2,21 +2,21 @@
 
 The query (``fold_stream``), on the bronze ``znode_events`` stream (Delta's streaming source):
 
-1. decode on the executors: ``mapInArrow`` over ``pipelines.decode.decode_table`` (source dedupe within the
-   task's rows, the vectorised codec); only the event types the fold reads go on;
-2. route: an event with a partition goes to its key's BUCKET, ``pmod(xxhash64(topic, partition), buckets)``
-   (stable across runs and processes); a cluster-wide event (election, epoch change, broker (de)registration,
-   ...) or a topic-level deletion (request) without partition is copied to every bucket of its cluster (few
-   rows: ``buckets`` copies each);
-3. pack: each task's rows of one (cluster, bucket) become one row holding them as Arrow IPC bytes, so the
-   stateful operator moves a few blobs per bucket, not every row through pandas (its only Python interface);
-4. fold: ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``BucketFoldProcessor``: Python runs once
+1. decode, route and pack on the executors, in one ``mapInArrow`` (Arrow from the bronze files to the blobs):
+   decode with ``pipelines.decode.decode_table`` (source dedupe within the task's rows, the vectorised codec),
+   keeping the event types the fold reads; route (``pipelines.bucket_fold.route``): an event with a partition
+   goes to its key's BUCKET (a stable hash of topic and partition), a cluster-wide event (election, epoch
+   change, broker (de)registration, ...) or a topic-level deletion (request) without partition to every bucket
+   of its cluster (few rows); pack: the task's rows of one (cluster, bucket) become one row holding them as
+   Arrow IPC bytes, so neither the JVM nor the stateful operator (pandas is its only Python interface) handles
+   the events one by one;
+2. fold: ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``BucketFoldProcessor``: Python runs once
    per bucket per micro-batch, with the vectorised kernels inside (``pipelines.bucket_fold.fold_bucket``). Each
    bucket replays its cluster's timeline from the cluster-wide events it has seen (all of them, in zxid order:
    the fold sorts by zxid), fans them out over its own known keys and carries its keys' partition and replica
    state. That state is one value per bucket in Spark's state store (RocksDB), as Arrow IPC bytes, and is
    checkpointed by Spark with the stream's offsets. The bucket's records leave packed the same way;
-5. unpack: ``mapInArrow`` turns each bucket's records back into rows (``FOLD_OUT``).
+3. unpack: ``mapInArrow`` turns each bucket's records back into rows (``FOLD_OUT``).
 
 The sink (``FoldBatchWriter``, ``foreachBatch``) writes each micro-batch from the executors through Delta's
 connector: the transitions appended with the app transaction ``(writer, batch id)``, then the state tables
@@ -56,7 +56,7 @@ from models.tables import (
     REPLICA_TRANSITIONS,
     ZNODE_EVENTS,
 )
-from pipelines.bucket_fold import BROADCAST_TYPES, FOLDED_TYPES, BucketState, fold_bucket
+from pipelines.bucket_fold import BUCKET_COLUMN, FOLDED_TYPES, BucketState, fold_bucket, route
 from pipelines.decode import decode_table
 from pipelines.fold_records import FOLD_OUT, FoldRecord
 
@@ -69,7 +69,6 @@ STATEFUL_WRITER = "stateful-fold"
 """The app-transaction id of the query's Delta commits (one writer; batch ids are its versions)."""
 DEFAULT_BUCKETS = 32
 """Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
-BUCKET_COLUMN = "bucket"
 PACKED_COLUMN = "packed"
 PACKED = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                        T.StructField(PACKED_COLUMN, T.BinaryType())])
@@ -87,31 +86,31 @@ _OUT_ARROW = to_arrow_schema(FOLD_OUT)
 _PACKED_ARROW = to_arrow_schema(PACKED)
 
 
-def _decode_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The task's bronze rows decoded at once (dedupe sees them together); the events the fold reads."""
-    got = list(batches)
-    if not got:
-        return
-    decoded = decode_table(pa.Table.from_batches(got))
-    keep = pc.and_(decoded["_ok"], pc.is_in(decoded["type"], pa.array(FOLDED_TYPES)))
-    meta = decoded.filter(pc.fill_null(keep, False)).select(_META_ARROW.names).cast(_META_ARROW)
-    yield from meta.to_batches(max_chunksize=200_000)
+class _DecodeRoutePack:
+    """``mapInArrow``: the task's bronze rows decoded at once (dedupe sees them together), routed to their buckets,
+    one PACKED row per (cluster, bucket)."""
 
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
 
-def _pack_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The task's routed rows as one PACKED row per (cluster, bucket)."""
-    got = list(batches)
-    if not got:
-        return
-    rows = pa.Table.from_batches(got).sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
-    cluster = rows["cluster"].to_numpy(zero_copy_only=False)
-    bucket = rows[BUCKET_COLUMN].to_numpy()
-    starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
-    ends = np.r_[starts[1:], len(bucket)]
-    body = rows.select(_META_ARROW.names).cast(_META_ARROW)
-    blobs = [_ipc(body.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]
-    yield pa.RecordBatch.from_arrays([pa.array(cluster[starts], pa.string()), pa.array(bucket[starts], pa.int32()),
-                                      pa.array(blobs, pa.binary())], schema=_PACKED_ARROW)
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = list(batches)
+        if not got:
+            return
+        decoded = decode_table(pa.Table.from_batches(got))
+        keep = pc.and_(decoded["_ok"], pc.is_in(decoded["type"], pa.array(FOLDED_TYPES)))
+        meta = decoded.filter(pc.fill_null(keep, False)).select(_META_ARROW.names).cast(_META_ARROW)
+        if meta.num_rows == 0:
+            return
+        rows = route(meta, self.buckets).sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
+        cluster = rows["cluster"].to_numpy(zero_copy_only=False)
+        bucket = rows[BUCKET_COLUMN].to_numpy()
+        starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
+        ends = np.r_[starts[1:], len(bucket)]
+        body = rows.select(_META_ARROW.names)
+        blobs = [_ipc(body.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]
+        yield pa.RecordBatch.from_arrays([pa.array(cluster[starts], pa.string()), pa.array(bucket[starts], pa.int32()),
+                                          pa.array(blobs, pa.binary())], schema=_PACKED_ARROW)
 
 
 def _unpack_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -132,18 +131,10 @@ def _unipc(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.BufferReader(blob)).read_all()
 
 
-def routed(meta: DataFrame, buckets: int) -> DataFrame:
-    """Each event with its bucket; a partition-less cluster-wide or topic-level event once per bucket."""
-    broadcast = F.col("type").isin(*BROADCAST_TYPES) & F.col("partition").isNull()
-    own = F.array(F.pmod(F.xxhash64("topic", "partition"), F.lit(buckets)).cast("int"))
-    every = F.sequence(F.lit(0), F.lit(buckets - 1))
-    return meta.withColumn(BUCKET_COLUMN, F.explode(F.when(broadcast, every).otherwise(own)))
-
-
 def fold_stream(bronze: DataFrame, buckets: int = DEFAULT_BUCKETS,
                 kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
     """The fold's records (``FOLD_OUT`` rows, ``rec`` in ``STATE_RECORDS``) of a bronze ``znode_events`` stream."""
-    packed = routed(bronze.mapInArrow(_decode_fn, META_SEQ), buckets).mapInArrow(_pack_fn, PACKED)
+    packed = bronze.mapInArrow(_DecodeRoutePack(buckets), PACKED)
     folded = packed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=BucketFoldProcessor(kafka_version), outputStructType=PACKED, outputMode="Append",
         timeMode="None")

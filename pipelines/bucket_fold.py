@@ -16,6 +16,7 @@ its state store (one value per bucket) and checkpoints them.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +35,36 @@ FOLDED_TYPES = tuple(dict.fromkeys((*PARTITION_TYPES, *GLOBAL_TYPES)))
 """The metadata event types the fold reads (every other decoded row is of no use to it)."""
 BROADCAST_TYPES = tuple(dict.fromkeys((*GLOBAL_TYPES, *TOPIC_LEVEL_TYPES)))
 """Types sent to every bucket of their cluster when they carry no partition (cluster-wide or topic-level)."""
+BUCKET_COLUMN = "bucket"
 GLOBAL_COLUMNS = ("cluster", "zxid", "_seq", "path", "event_id", "type", "event_time", "broker", "controller_id",
                   "controller_epoch", "detail")
 """The columns of a cluster-wide event each bucket keeps for its timeline replay."""
+
+
+def bucket_of(topic: pa.Array | pa.ChunkedArray, partition: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+    """Each (topic, partition)'s bucket in ``range(buckets)``: the same in every process and run (CRC-32 of the
+    topic, computed once per distinct topic, mixed with the partition number)."""
+    topics = pc.unique(topic)
+    crc = np.array([zlib.crc32((t or "").encode()) for t in topics.to_pylist()], np.uint64)
+    topic_crc = crc[pc.index_in(topic, topics).to_numpy(zero_copy_only=False)]
+    part = pc.fill_null(partition, 0).to_numpy(zero_copy_only=False).astype(np.uint64)
+    mixed: np.ndarray = (topic_crc ^ ((part * np.uint64(0x9E3779B1)) & np.uint64(0xFFFFFFFF))) % np.uint64(buckets)
+    return mixed.astype(np.int32)
+
+
+def route(meta: pa.Table, buckets: int) -> pa.Table:
+    """``meta`` with a ``bucket`` column: an event with a partition once, in its key's bucket; a partition-less
+    cluster-wide or topic-level event (BROADCAST_TYPES) once per bucket of its cluster (few rows)."""
+    broadcast = pc.fill_null(pc.and_(pc.is_in(meta["type"], pa.array(BROADCAST_TYPES)),
+                                     pc.is_null(meta["partition"])), False)
+    own = meta.filter(pc.invert(broadcast))
+    own = own.append_column(BUCKET_COLUMN, pa.array(bucket_of(own["topic"], own["partition"], buckets), pa.int32()))
+    every = meta.filter(broadcast)
+    if every.num_rows == 0:
+        return own
+    copies = every.take(pa.array(np.repeat(np.arange(every.num_rows), buckets), pa.int64()))
+    copies = copies.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), every.num_rows)))
+    return pa.concat_tables([own, copies])
 
 
 @dataclass
