@@ -59,14 +59,14 @@ def _python_peak_mib() -> float:
 
 def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -> dict[str, Any]:
     """The stateful fold over the whole storm: ``sink`` "delta" (the query's own writes) or "noop"."""
-    from engine.stateful import fold_stream, start_stateful_fold
+    from engine.stateful import fold_stream, start_stateful_fold, unpacked
     from lakehouse.spark_io import stream_table
 
     t0 = time.perf_counter()
     if sink == "delta":
         q = start_stateful_fold(spark, lake, checkpoint, buckets=buckets, available_now=True)
     else:
-        q = (fold_stream(stream_table(spark, lake, ZNODE_EVENTS.name), buckets).writeStream.format("noop")
+        q = (unpacked(fold_stream(stream_table(spark, lake, ZNODE_EVENTS.name), buckets)).writeStream.format("noop")
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     q.awaitTermination()
     wall = time.perf_counter() - t0

@@ -16,7 +16,7 @@ The query (``fold_stream``), on the bronze ``znode_events`` stream (Delta's stre
    the fold sorts by zxid), fans them out over its own known keys and carries its keys' partition and replica
    state. That state is one value per bucket in Spark's state store (RocksDB), as Arrow IPC bytes, and is
    checkpointed by Spark with the stream's offsets. The bucket's records leave packed the same way;
-3. unpack: ``mapInArrow`` turns each bucket's records back into rows (``FOLD_OUT``).
+3. unpack: ``mapInArrow`` turns each bucket's records of one table back into rows (``unpacked``).
 
 The sink (``FoldBatchWriter``, ``foreachBatch``) writes each micro-batch from the executors through Delta's
 connector: the transitions appended with the app transaction ``(writer, batch id)``, then the state tables
@@ -30,7 +30,8 @@ a processing-time trigger for a monitor.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,11 +114,27 @@ class _DecodeRoutePack:
                                           pa.array(blobs, pa.binary())], schema=_PACKED_ARROW)
 
 
-def _unpack_fn(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each bucket's packed records as FOLD_OUT rows."""
-    for batch in batches:
-        for blob in batch.column(PACKED_COLUMN).to_pylist():
-            yield from _unipc(blob).to_batches(max_chunksize=100_000)
+class _Unpack:
+    """``mapInArrow``: the records of one kind (all kinds: None) in each bucket's packed records, as rows of
+    ``columns``."""
+
+    def __init__(self, kind: FoldRecord | None, columns: Sequence[str]) -> None:
+        self.kind, self.columns = kind, list(columns)
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for blob in batch.column(PACKED_COLUMN).to_pylist():
+                records = _unipc(blob)
+                if self.kind is not None:
+                    records = records.filter(pc.equal(records["rec"], str(self.kind)))
+                yield from records.select(self.columns).to_batches(max_chunksize=100_000)
+
+
+def unpacked(packed: DataFrame, kind: FoldRecord | None = None, columns: Sequence[str] | None = None) -> DataFrame:
+    """``fold_stream``'s packed records as rows: of one ``kind`` (default all) with ``columns`` (default all of
+    ``FOLD_OUT``)."""
+    names = list(columns or FOLD_OUT.fieldNames())
+    return packed.mapInArrow(_Unpack(kind, names), T.StructType([FOLD_OUT[c] for c in names]))
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -133,12 +150,13 @@ def _unipc(blob: bytes) -> pa.Table:
 
 def fold_stream(bronze: DataFrame, buckets: int = DEFAULT_BUCKETS,
                 kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
-    """The fold's records (``FOLD_OUT`` rows, ``rec`` in ``STATE_RECORDS``) of a bronze ``znode_events`` stream."""
+    """The fold's records (``FOLD_OUT`` rows, ``rec`` in ``STATE_RECORDS``) of a bronze ``znode_events`` stream,
+    packed: one PACKED row per bucket and micro-batch (``unpacked`` turns them into rows)."""
     packed = bronze.mapInArrow(_DecodeRoutePack(buckets), PACKED)
     folded = packed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=BucketFoldProcessor(kafka_version), outputStructType=PACKED, outputMode="Append",
         timeMode="None")
-    return folded.mapInArrow(_unpack_fn, FOLD_OUT)
+    return folded
 
 
 class BucketFoldProcessor(StatefulProcessor):
@@ -174,20 +192,32 @@ class FoldBatchWriter:
         self.lake, self.writer_id = lake, writer_id
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        records = records.persist()
+        records = records.persist()  # the packed records: a few rows per bucket
+        began = step = time.monotonic()
+        spent: dict[str, float] = {}
+
+        def lap(what: str) -> None:
+            nonlocal step
+            spent[what], step = time.monotonic() - step, time.monotonic()
+
         try:
-            rec = F.col("rec")
+            records.count()  # the fold itself runs here, once
+            lap("fold")
             for kind, spec in ((FoldRecord.PARTITION_TRANSITION, PARTITION_TRANSITIONS),
                                (FoldRecord.REPLICA_TRANSITION, REPLICA_TRANSITIONS)):
-                write_batch(records.filter(rec == str(kind)).select(*spec.column_names), self.lake, spec.name,
-                            self.writer_id, batch_id)
+                write_batch(unpacked(records, kind, spec.column_names), self.lake, spec.name, self.writer_id, batch_id)
+                lap(spec.name)
             # the state tables last: a committed state means the whole batch is
-            self._merge(records.filter(rec == str(FoldRecord.PARTITION_STATE)).select(*PARTITION_STATE.column_names),
+            self._merge(unpacked(records, FoldRecord.PARTITION_STATE, PARTITION_STATE.column_names),
                         PARTITION_STATE.name, PARTITION_STATE.key, batch_id)
-            self._merge(records.filter(rec == str(FoldRecord.REPLICA_STATE)).select(*REPLICA_STATE.column_names),
+            lap(PARTITION_STATE.name)
+            self._merge(unpacked(records, FoldRecord.REPLICA_STATE, REPLICA_STATE.column_names),
                         REPLICA_STATE.name, REPLICA_STATE.key, batch_id)
+            lap(REPLICA_STATE.name)
         finally:
             records.unpersist()
+        log.info("stateful fold batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
+                 ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
 
     def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int) -> None:
         """Upsert a batch's state rows on ``keys``; the target rows of a key whose (cluster, topic, partition) the
