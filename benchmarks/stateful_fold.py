@@ -1,4 +1,4 @@
-"""The stateful streaming fold (``engine.stateful``) vs a plain per-partition transformWithStateInPandas, one storm.
+"""The stateful streaming query (``engine.stateful``) vs a plain per-partition transformWithStateInPandas, one storm.
 
     python -m benchmarks.stateful_fold [--partitions 200000] [--baseline-partitions 20000] [--buckets 32]
 
@@ -7,9 +7,10 @@ bronze commit, then a controller failover and a leader move with an ISR shrink f
 Measured in the same run, each from a fresh checkpoint with ``availableNow``:
 
 1. ``engine.stateful`` with its sink on the storm of --partitions: decode (``mapInArrow``), both state machines
-   per key bucket (``groupBy(cluster, bucket).transformWithStateInPandas``, state in RocksDB), the transitions
-   appended and the state tables MERGEd through Delta's connector in ``foreachBatch``;
-2. the same query with a ``noop`` sink (what the fold costs without the Delta writes);
+   and the detectors per key bucket and the cluster-wide work per cluster
+   (``groupBy(cluster, bucket).transformWithStateInPandas``, state in RocksDB), every derived table written
+   through Delta's connector in ``foreachBatch``;
+2. the same query with a ``noop`` sink (what the query costs without the Delta writes);
 3. for the ratio, on ONE input, a storm of --baseline-partitions (the same storm when --partitions is that
    small): 1 and 2 again, and the baseline ``benchmarks.streaming_storm.naive_baseline``: one key per (topic,
    partition), the payload parsed in Spark, one Python fold step per row, ``noop`` sink. Nothing is
@@ -32,6 +33,7 @@ from typing import Any
 
 from benchmarks.common import Timer, base_parser, build_session, machine, ratio, run_main, scratch
 from models.tables import (
+    CONTROLLER_DECISIONS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     REPLICA_STATE,
@@ -59,14 +61,15 @@ def _python_peak_mib() -> float:
 
 def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -> dict[str, Any]:
     """The stateful fold over the whole storm: ``sink`` "delta" (the query's own writes) or "noop"."""
-    from engine.stateful import fold_stream, start_stateful_fold, unpacked
+    from engine.stateful import start_stateful_query, stateful_stream
     from lakehouse.spark_io import stream_table
 
     t0 = time.perf_counter()
     if sink == "delta":
-        q = start_stateful_fold(spark, lake, checkpoint, buckets=buckets, available_now=True)
+        q = start_stateful_query(spark, lake, checkpoint, buckets=buckets, available_now=True)
     else:
-        q = (unpacked(fold_stream(stream_table(spark, lake, ZNODE_EVENTS.name), buckets)).writeStream.format("noop")
+        bronze, decisions = (stream_table(spark, lake, t.name) for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
+        q = (stateful_stream(bronze, decisions, buckets).writeStream.format("noop")
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     q.awaitTermination()
     wall = time.perf_counter() - t0

@@ -16,6 +16,7 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -74,10 +75,19 @@ class StreamingSettings:
     max_files_per_trigger: int
 
 
+class PipelineEngine(StrEnum):
+    """What runs ``rebuild`` and ``monitor``."""
+
+    IN_PROCESS = "in-process"  # engine.rebuild / engine.monitor: the increments' kernels in the driver
+    STATEFUL = "stateful"  # engine.stateful: one Spark stateful streaming query, executors doing the work
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     local_max_rows: int
     rebuild_chunk_rows: int
+    engine: str
+    buckets: int
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,8 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "streaming.max_files_per_trigger": (lambda v: v > 0, "a positive integer"),
     "pipeline.local_max_rows": (lambda v: v >= 0, "a non-negative integer (0 = always through Spark)"),
     "pipeline.rebuild_chunk_rows": (lambda v: v >= 0, "a non-negative integer (0 = the whole history at once)"),
+    "pipeline.engine": (lambda v: v in tuple(PipelineEngine), "one of " + ", ".join(PipelineEngine)),
+    "pipeline.buckets": (lambda v: v > 0, "a positive integer"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
     "collect.poll_seconds": (lambda v: v > 0, "a positive number"),

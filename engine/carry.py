@@ -29,6 +29,7 @@ from models.tables import (
     ZNODE_EVENTS,
 )
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
+from pipelines.detectors import distinct_writes
 
 if TYPE_CHECKING:
     from lakehouse import Lake
@@ -168,13 +169,3 @@ class MonitorCarry:
         c.resigns = out.resigns
         c.empty = False
         self.recent.add(meta["zxid"], meta["event_id"])
-
-
-WRITE_KEY = ("topic", "partition", "leader", "leader_epoch")
-"""What the decision detectors ask of a state write: whether ZooKeeper ever held (leader, leader_epoch)."""
-
-
-def distinct_writes(writes: pa.Table) -> pa.Table:
-    """One row per (topic, partition, leader, leader_epoch): the carried writes grow with leader changes, not
-    with every write (ISR changes, repeated writes of one leadership)."""
-    return writes.group_by(list(WRITE_KEY), use_threads=False).aggregate([]).select(list(WRITE_KEY))

@@ -22,8 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.spark_schema import spark_schema
-from models.anomalies import AnomalyKind
-from models.events import Source, TenureSource
+from models.events import Source
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
     ANOMALIES,
@@ -41,14 +40,17 @@ from pipelines import detectors as D
 from pipelines.bucket_fold import merged_state, touched_seeds
 from pipelines.controller import (
     DEFAULT_NO_CONTROLLER_THRESHOLD,
-    GAP_SOURCE,
     GLOBAL_TYPES,
+    ZOMBIE_WRITE_COLUMNS,
+    covered_gap,
+    merge_log_terms,
     no_active_controller,
     replay,
     resign_marks,
     zk_split_brain,
 )
 from pipelines.decode import decode_table, decoded_znode_events, split_decoded
+from pipelines.detectors import ZK_WRITE_COLUMNS
 from pipelines.fanout import fanout_rows
 from pipelines.fold_records import FOLD_RECORDS, FoldRecord
 from pipelines.keyed_fold import fold_local, fold_spark
@@ -181,16 +183,16 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     tenure_t = pa.concat_tables([zk_terms_t, log_terms_t.cast(zk_terms_t.schema)])
 
     global_anoms = [{k: v for k, v in a.items() if not k.startswith("_")} for a in timeline.anomalies
-                    if a["_trigger"] in increment_ids and not _covered_gap(a, txn_range)]
+                    if a["_trigger"] in increment_ids and not covered_gap(a, txn_range)]
     parts = [D.detect_illegal_transitions(pt_t, rt_t), D.write_anomalies(writes_t),
              D.detect_collection_gaps(_gap_rows(znode_events), txn_range)]
     if dec_t.num_rows:
-        zk_writes = writes_t.select(list(_ZK_WRITE_COLUMNS))
+        zk_writes = writes_t.select(list(ZK_WRITE_COLUMNS))
         if carried.zk_writes is not None:  # only the partitions the logs speak about
             logged = dec_t.select(["topic", "partition"]).drop_null()
             keys = carried.zk_writes.join(logged.group_by(["topic", "partition"]).aggregate([]), ["topic", "partition"],
                                           join_type="left semi")
-            zk_writes = pa.concat_tables([zk_writes, keys.select(list(_ZK_WRITE_COLUMNS)).cast(zk_writes.schema)])
+            zk_writes = pa.concat_tables([zk_writes, keys.select(list(ZK_WRITE_COLUMNS)).cast(zk_writes.schema)])
         carried_split = set(D.detect_split_brain(carried.log_terms)["anomaly_id"].to_pylist())
         split = D.detect_split_brain(log_terms_t)
         parts += [D.decision_anomalies(dec_t, zk_writes, kafka_version),
@@ -198,7 +200,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     found_t = D.concat(parts)
     # controller findings on the driver: resignations vs the whole zk timeline, zombie writes vs zk terms
     resigns = resign_marks(dec_t, carried.resigns or [])
-    zombies = writes_t.filter(D.zombie_write_mask(writes_t)).select(list(_ZOMBIE_WRITE_COLUMNS)).to_pylist()
+    zombies = writes_t.filter(D.zombie_write_mask(writes_t)).select(list(ZOMBIE_WRITE_COLUMNS)).to_pylist()
     controller_anoms = [*no_active_controller(cluster, resigns, timeline.tenure, history + global_rows,
                                               no_controller_threshold),
                         *zk_split_brain(cluster, zombies, timeline.tenure)]
@@ -214,12 +216,6 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
         PARTITION_TRANSITIONS.name: pt_t, REPLICA_TRANSITIONS.name: rt_t, ANOMALIES.name: anomalies_t,
         CONTROLLER_TENURE.name: tenure_t, PARTITION_STATE.name: ps_t, REPLICA_STATE.name: rs_t,
     }, (txn_lo, txn_hi), resigns)
-
-
-_ZK_WRITE_COLUMNS = ("topic", "partition", "leader", "leader_epoch")
-_ZOMBIE_WRITE_COLUMNS = ("event_id", "zxid", "event_time", "topic", "partition", "controller_epoch",
-                         "cur_controller_epoch")
-"""What ``zk_split_brain`` reads of a flagged write."""
 
 
 META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])
@@ -273,31 +269,3 @@ def _gap_rows(znode_events: DataFrame | pa.Table) -> pa.Table:
         gaps = znode_events.filter(pc.fill_null(pc.greater(znode_events["missed_versions"], 0), False))
         return gaps.select(list(D.GAP_COLUMNS))
     return znode_events.filter(F.col("missed_versions") > 0).select(*D.GAP_COLUMNS).toArrow()
-
-
-def _covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | None]) -> bool:
-    """A watch collector's gap is noise when the txnlog has delivered that zxid (it holds the lossless history
-    between the lowest and the highest zxid it delivered; below, its files were purged or not yet read)."""
-    lo, hi = txn_range
-    if anomaly["kind"] != AnomalyKind.COLLECTION_GAP or lo is None or hi is None or anomaly.get("zxid") is None:
-        return False
-    return anomaly[GAP_SOURCE] != Source.TXNLOG and lo <= int(anomaly["zxid"]) <= hi
-
-
-def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:
-    """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted."""
-    acting = decisions.filter(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
-                                              pc.is_valid(decisions["controller_epoch"])), pc.is_valid(decisions["ts"])))
-    schema = _arrow_schema(CONTROLLER_TENURE.name)
-    n = acting.num_rows
-    new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],
-                    "controller_epoch": acting["controller_epoch"], "start_zxid": pa.nulls(n, pa.int64()),
-                    "end_zxid": pa.nulls(n, pa.int64()), "start_time": acting["ts"], "end_time": acting["ts"],
-                    "source": pa.array([str(TenureSource.LOGS)] * n, pa.string())})
-    both = pa.concat_tables([carried_terms.select(schema.names).cast(schema), new.select(schema.names).cast(schema)])
-    keys = ["cluster", "controller_id", "controller_epoch", "source"]
-    agg = both.group_by(keys, use_threads=False).aggregate(
-        [("start_zxid", "min"), ("end_zxid", "max"), ("start_time", "min"), ("end_time", "max")])
-    agg = agg.rename_columns([{"start_zxid_min": "start_zxid", "end_zxid_max": "end_zxid", "start_time_min": "start_time",
-                               "end_time_max": "end_time"}.get(c, c) for c in agg.column_names])
-    return agg.select(schema.names).cast(schema)

@@ -1,37 +1,44 @@
-"""Both state machines as one Spark stateful streaming operator, executors doing the work and the writes.
+"""The whole pipeline as one Spark Structured Streaming query with Spark's own stateful operator.
 
-The query (``fold_stream``), on the bronze ``znode_events`` stream (Delta's streaming source):
+The query (``stateful_stream``), on the bronze streams (Delta's streaming source) of ``znode_events`` and
+``controller_decisions``:
 
-1. decode, route and pack on the executors, in one ``mapInArrow`` (Arrow from the bronze files to the blobs):
-   decode with ``pipelines.decode.decode_table`` (source dedupe within the task's rows, the vectorised codec),
-   keeping the event types the fold reads; route (``pipelines.bucket_fold.route``): an event with a partition
-   goes to its key's BUCKET (a stable hash of topic and partition), a cluster-wide event (election, epoch
-   change, broker (de)registration, ...) or a topic-level deletion (request) without partition to every bucket
-   of its cluster (few rows); pack: the task's rows of one (cluster, bucket) become one row holding them as
-   Arrow IPC bytes, so neither the JVM nor the stateful operator (pandas is its only Python interface) handles
-   the events one by one;
-2. fold: ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``BucketFoldProcessor``: Python runs once
-   per bucket per micro-batch, with the vectorised kernels inside (``pipelines.bucket_fold.fold_bucket``). Each
-   bucket replays its cluster's timeline from the cluster-wide events it has seen (all of them, in zxid order:
-   the fold sorts by zxid), fans them out over its own known keys and carries its keys' partition and replica
-   state. That state is one value per bucket in Spark's state store (RocksDB), as Arrow IPC bytes, and is
-   checkpointed by Spark with the stream's offsets. The bucket's records leave packed the same way;
-3. unpack: ``mapInArrow`` turns each bucket's records of one table back into rows (``unpacked``).
+1. decode and route on the executors, in one ``mapInArrow`` per source (Arrow from the bronze files to packed
+   rows): znode rows are decoded (``pipelines.decode.decode_table``: source dedupe within the task's rows, the
+   vectorised codec) and routed (``pipelines.bucket_fold.route``): an event with a partition to its key's
+   bucket (a stable hash of topic and partition), an event without to its cluster's stage
+   (``CLUSTER_STAGE``) and, when it may change partitions (an election, a broker change, a topic deletion),
+   as a fold-only copy to every bucket of its cluster. Decisions go to the stage, and those about one
+   partition to its bucket too (``route_decisions``). The quarantine, the gap rows and the txnlog's zxid range
+   go to the stage. Each task's rows of one (cluster, bucket) and kind (``StreamPart``) become one row holding
+   them as Arrow IPC bytes, so neither the JVM nor the operator (pandas is its only Python interface) handles
+   events one by one;
+2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``PipelineProcessor``: Python runs once per key
+   per micro-batch with the vectorised kernels inside. A bucket folds its keys
+   (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and transitions' checks,
+   the decisions' checks against the writes ZooKeeper held); the cluster's stage does the cluster-wide work
+   (``pipelines.cluster_stage.cluster_step``: timeline, controller terms, resignations, gaps). Each key's
+   state is one value in Spark's state store (RocksDB), checkpointed by Spark with the stream's offsets.
+   Out: one packed row per (key, output table);
+3. the sink (``PipelineBatchWriter``, ``foreachBatch``) unpacks each table's rows on the executors
+   (``unpacked``) and writes them through Delta's connector, each commit under the app transaction
+   ``(writer, batch id)`` so that a replayed batch is skipped: the anomalies first (new ids only), the append
+   tables, then ``controller_tenure``, ``replica_state`` and ``partition_state`` MERGEd on their keys. The
+   driver plans and commits; it collects only the names of the tables a batch wrote.
 
-The sink (``FoldBatchWriter``, ``foreachBatch``) writes each micro-batch from the executors through Delta's
-connector: the transitions appended with the app transaction ``(writer, batch id)``, then the state tables
-MERGEd on their keys under the same app transaction (Delta's idempotent DML), so a replayed batch is skipped.
-The driver plans and commits; no row of the fold passes through it.
-
-``start_stateful_fold`` starts the query over a lake: ``available_now`` for a rebuild from a fresh checkpoint,
-a processing-time trigger for a monitor.
+``start_stateful_query`` starts it over a lake: ``available_now`` for a rebuild from a fresh checkpoint, a
+processing-time trigger for a monitor.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
-from collections.abc import Iterable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +46,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -47,49 +54,102 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from lakehouse.spark_io import stream_table, write_batch
-from lakehouse.spark_schema import spark_schema
+from lakehouse.spark_schema import spark_arrow_schema, spark_schema
+from models.events import Source
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    CONTROLLER_TENURE,
+    DECODE_QUARANTINE,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     REPLICA_STATE,
     REPLICA_TRANSITIONS,
     ZNODE_EVENTS,
+    TableSpec,
 )
-from pipelines.bucket_fold import BUCKET_COLUMN, FOLDED_TYPES, BucketState, fold_bucket, route
-from pipelines.decode import decode_table
-from pipelines.fold_records import FOLD_OUT, FoldRecord
+from pipelines.bucket_fold import (
+    BUCKET_COLUMN,
+    CLUSTER_STAGE,
+    EMIT_COLUMN,
+    GLOBAL_COLUMNS,
+    BucketState,
+    bucket_step,
+    ipc_bytes,
+    ipc_table,
+    route,
+    route_decisions,
+)
+from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step, txnlog_range_row
+from pipelines.decode import decode_table, split_decoded
+from pipelines.detectors import GAP_COLUMNS
 
 if TYPE_CHECKING:
     from lakehouse import Lake
 
 log = logging.getLogger(__name__)
 
-STATEFUL_WRITER = "stateful-fold"
+STATEFUL_WRITER = "stateful-query"
 """The app-transaction id of the query's Delta commits (one writer; batch ids are its versions)."""
 DEFAULT_BUCKETS = 32
 """Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
-PACKED_COLUMN = "packed"
-PACKED = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
-                       T.StructField(PACKED_COLUMN, T.BinaryType())])
-"""One (cluster, bucket)'s rows as one Arrow IPC stream: what goes in and out of the stateful operator."""
+PART_COLUMN, TABLE_COLUMN, PACKED_COLUMN = "part", "table", "packed"
+PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
+                          T.StructField(PART_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
+"""The operator's input: one task's rows of one ``StreamPart`` for one key, as one Arrow IPC stream."""
+PACKED_OUT = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
+                           T.StructField(TABLE_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
+"""The operator's output: one key's rows of one output table, as one Arrow IPC stream."""
+BUCKET_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("partition_state", "replica_state",
+                                                                        "global_events", "zk_writes", "recent_ids")])
+CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
+                                                                         "txnlog", "recent_ids")])
 META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])
 """A decoded metadata event as the fold reads it (``_seq``: its order within its zxid)."""
-STATE_STRUCT = T.StructType([T.StructField(n, T.BinaryType()) for n in (PARTITION_STATE.name, REPLICA_STATE.name,
-                                                                        "global_events")])
-STATE_RECORDS = (FoldRecord.PARTITION_TRANSITION, FoldRecord.REPLICA_TRANSITION, FoldRecord.PARTITION_STATE,
-                 FoldRecord.REPLICA_STATE)
-"""The fold records the query emits (the enriched writes ``w`` feed detectors, not run here)."""
+DERIVED: tuple[TableSpec, ...] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
+                                  REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
+"""Every table the query writes."""
+APPEND_ORDER: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
+MERGED: tuple[tuple[TableSpec, tuple[str, ...]], ...] = (
+    (CONTROLLER_TENURE, ("cluster",)), (REPLICA_STATE, ("cluster", "topic", "partition")),
+    (PARTITION_STATE, ("cluster", "topic", "partition")))
+"""The tables MERGEd each batch, with the scope a key's rows replace: a stage writes its cluster's whole
+tenure, a bucket all the replica rows of each partition it changed. ``partition_state`` last: committed, it
+means the whole batch is."""
+TENURE_KEY = ("cluster", "source", "controller_id", "controller_epoch", "start_zxid")
 
 _META_ARROW = to_arrow_schema(META_SEQ)
-_OUT_ARROW = to_arrow_schema(FOLD_OUT)
-_PACKED_ARROW = to_arrow_schema(PACKED)
+_PACKED_IN_ARROW = to_arrow_schema(PACKED_IN)
+_PACKED_OUT_ARROW = to_arrow_schema(PACKED_OUT)
+_GLOBAL_ARROW = pa.schema([_META_ARROW.field(c) for c in GLOBAL_COLUMNS])
 
 
-class _DecodeRoutePack:
-    """``mapInArrow``: the task's bronze rows decoded at once (dedupe sees them together), routed to their buckets,
-    one PACKED row per (cluster, bucket)."""
+def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
+    """``rows`` (with ``cluster`` and ``bucket``) as one PACKED_IN row per (cluster, bucket)."""
+    if rows.num_rows == 0:
+        return None
+    rows = rows.sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
+    cluster = rows["cluster"].to_numpy(zero_copy_only=False)
+    bucket = rows[BUCKET_COLUMN].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
+    ends = np.r_[starts[1:], len(bucket)]
+    body = rows.drop_columns([BUCKET_COLUMN])
+    blobs = [ipc_bytes(body.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]
+    n = len(starts)
+    return pa.RecordBatch.from_arrays([pa.array(cluster[starts], pa.string()), pa.array(bucket[starts], pa.int32()),
+                                       pa.array([str(part)] * n, pa.string()), pa.array(blobs, pa.binary())],
+                                      schema=_PACKED_IN_ARROW)
+
+
+def _at_stage(rows: pa.Table) -> pa.Table:
+    return rows.append_column(BUCKET_COLUMN, pa.array(np.full(rows.num_rows, CLUSTER_STAGE, np.int32)))
+
+
+class _DecodeRoute:
+    """``mapInArrow`` on bronze ``znode_events``: the task's rows decoded at once (dedupe sees them together) and
+    routed; quarantine, gap rows and the txnlog range to each cluster's stage."""
 
     def __init__(self, buckets: int) -> None:
         self.buckets = buckets
@@ -98,101 +158,115 @@ class _DecodeRoutePack:
         got = list(batches)
         if not got:
             return
-        decoded = decode_table(pa.Table.from_batches(got))
-        keep = pc.and_(decoded["_ok"], pc.is_in(decoded["type"], pa.array(FOLDED_TYPES)))
-        meta = decoded.filter(pc.fill_null(keep, False)).select(_META_ARROW.names).cast(_META_ARROW)
-        if meta.num_rows == 0:
-            return
-        rows = route(meta, self.buckets).sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
-        cluster = rows["cluster"].to_numpy(zero_copy_only=False)
-        bucket = rows[BUCKET_COLUMN].to_numpy()
-        starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
-        ends = np.r_[starts[1:], len(bucket)]
-        body = rows.select(_META_ARROW.names)
-        blobs = [_ipc(body.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]
-        yield pa.RecordBatch.from_arrays([pa.array(cluster[starts], pa.string()), pa.array(bucket[starts], pa.int32()),
-                                          pa.array(blobs, pa.binary())], schema=_PACKED_ARROW)
+        bronze = pa.Table.from_batches(got)
+        meta, quarantine = split_decoded(decode_table(bronze))
+        gaps = bronze.filter(pc.fill_null(pc.greater(bronze["missed_versions"], 0), False)).select(list(GAP_COLUMNS))
+        txn = bronze.filter(pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False))
+        ranges = [_at_stage(txnlog_range_row(*(v.as_py() for v in pc.min_max(part["zxid"]).values()))
+                            .append_column("cluster", pa.array([c], pa.string())))
+                  for c in pc.unique(txn["cluster"]).to_pylist()
+                  for part in (txn.filter(pc.equal(txn["cluster"], c)),)]
+        for rows, part in ((route(meta.cast(_META_ARROW), self.buckets), StreamPart.EVENTS),
+                           (_at_stage(quarantine), StreamPart.QUARANTINE), (_at_stage(gaps), StreamPart.GAPS),
+                           *((r, StreamPart.TXNLOG) for r in ranges)):
+            packed = _packed(rows, part)
+            if packed is not None:
+                yield packed
+
+
+class _RouteDecisions:
+    """``mapInArrow`` on bronze ``controller_decisions``: each row to its cluster's stage, and to its partition's
+    bucket when it is about one."""
+
+    def __init__(self, buckets: int) -> None:
+        self.buckets = buckets
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = list(batches)
+        if got:
+            packed = _packed(route_decisions(pa.Table.from_batches(got), self.buckets), StreamPart.DECISIONS)
+            if packed is not None:
+                yield packed
 
 
 class _Unpack:
-    """``mapInArrow``: the records of one kind (all kinds: None) in each bucket's packed records, as rows of
-    ``columns``."""
+    """``mapInArrow``: the packed rows of one output table as that table's rows."""
 
-    def __init__(self, kind: FoldRecord | None, columns: Sequence[str]) -> None:
-        self.kind, self.columns = kind, list(columns)
+    def __init__(self, spec: TableSpec) -> None:
+        self.schema = spark_arrow_schema(spec)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for blob in batch.column(PACKED_COLUMN).to_pylist():
-                records = _unipc(blob)
-                if self.kind is not None:
-                    records = records.filter(pc.equal(records["rec"], str(self.kind)))
-                yield from records.select(self.columns).to_batches(max_chunksize=100_000)
+                rows = ipc_table(blob)
+                yield from rows.select(self.schema.names).cast(self.schema).to_batches(max_chunksize=100_000)
 
 
-def unpacked(packed: DataFrame, kind: FoldRecord | None = None, columns: Sequence[str] | None = None) -> DataFrame:
-    """``fold_stream``'s packed records as rows: of one ``kind`` (default all) with ``columns`` (default all of
-    ``FOLD_OUT``)."""
-    names = list(columns or FOLD_OUT.fieldNames())
-    return packed.mapInArrow(_Unpack(kind, names), T.StructType([FOLD_OUT[c] for c in names]))
+def unpacked(packed: DataFrame, spec: TableSpec) -> DataFrame:
+    """``stateful_stream``'s packed output rows of one table, as that table's rows."""
+    return packed.filter(F.col(TABLE_COLUMN) == spec.name).mapInArrow(_Unpack(spec), spark_schema(spec, nullable=True))
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _unipc(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.BufferReader(blob)).read_all()
-
-
-def fold_stream(bronze: DataFrame, buckets: int = DEFAULT_BUCKETS,
-                kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
-    """The fold's records (``FOLD_OUT`` rows, ``rec`` in ``STATE_RECORDS``) of a bronze ``znode_events`` stream,
-    packed: one PACKED row per bucket and micro-batch (``unpacked`` turns them into rows)."""
-    packed = bronze.mapInArrow(_DecodeRoutePack(buckets), PACKED)
-    folded = packed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
-        statefulProcessor=BucketFoldProcessor(kafka_version), outputStructType=PACKED, outputMode="Append",
+def stateful_stream(bronze: DataFrame, decisions: DataFrame, buckets: int = DEFAULT_BUCKETS,
+                    kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
+    """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's)."""
+    routed = bronze.mapInArrow(_DecodeRoute(buckets), PACKED_IN).unionByName(
+        decisions.mapInArrow(_RouteDecisions(buckets), PACKED_IN))
+    return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
+        statefulProcessor=PipelineProcessor(kafka_version), outputStructType=PACKED_OUT, outputMode="Append",
         timeMode="None")
-    return folded
 
 
-class BucketFoldProcessor(StatefulProcessor):
-    """One (cluster, bucket): its carried state in one ValueState, folded with each micro-batch's rows."""
+class PipelineProcessor(StatefulProcessor):
+    """One key per micro-batch: a bucket (its carried ``BucketState``) or a cluster's stage (``ClusterState``),
+    each one ValueState of Arrow IPC bytes."""
 
     def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
         self.kafka_version = kafka_version
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = handle.getValueState("bucket", STATE_STRUCT)
+        self.bucket_state = handle.getValueState("bucket", BUCKET_STATE)
+        self.cluster_state = handle.getValueState("cluster", CLUSTER_STATE)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
-        blobs = [b for frame in rows for b in frame[PACKED_COLUMN]]
+        blobs: dict[StreamPart, list[pa.Table]] = {}
+        for frame in rows:
+            for part, blob in zip(frame[PART_COLUMN], frame[PACKED_COLUMN], strict=True):
+                blobs.setdefault(StreamPart(part), []).append(ipc_table(blob))
         if not blobs:
             return
-        batch = pa.concat_tables([_unipc(b) for b in blobs])
-        stored = self.state.get() if self.state.exists() else None
-        carried = BucketState.from_bytes(tuple(stored)) if stored is not None else BucketState.empty(_META_ARROW)
-        records, after = fold_bucket(carried, batch, self.kafka_version)
-        self.state.update(after.to_bytes())
-        out = pa.concat_tables([records[rec].cast(_OUT_ARROW) for rec in STATE_RECORDS])
-        if out.num_rows:
-            yield pd.DataFrame({"cluster": [key[0]], BUCKET_COLUMN: [key[1]], PACKED_COLUMN: [_ipc(out)]})
+        parts = {part: pa.concat_tables(tables) for part, tables in blobs.items()}
+        cluster, bucket = str(key[0]), int(key[1])
+        if bucket == CLUSTER_STAGE:
+            stored = self.cluster_state.get() if self.cluster_state.exists() else None
+            carried = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(_GLOBAL_ARROW)
+            out, after = cluster_step(cluster, carried, parts)
+            self.cluster_state.update(after.to_bytes())
+        else:
+            stored = self.bucket_state.get() if self.bucket_state.exists() else None
+            state = BucketState.from_bytes(tuple(stored)) if stored else BucketState.empty(_META_ARROW)
+            events = parts.get(StreamPart.EVENTS, _META_ARROW.append(pa.field(EMIT_COLUMN, pa.bool_())).empty_table())
+            out, state = bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), self.kafka_version)
+            self.bucket_state.update(state.to_bytes())
+        tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
+        if tables:
+            yield pd.DataFrame({"cluster": [cluster] * len(tables), BUCKET_COLUMN: [bucket] * len(tables),
+                                TABLE_COLUMN: [name for name, _ in tables],
+                                PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
 
     def close(self) -> None:
         pass
 
 
-class FoldBatchWriter:
-    """``foreachBatch`` sink: a micro-batch's fold records into the lake, once per batch id."""
+class PipelineBatchWriter:
+    """``foreachBatch`` sink: a micro-batch's tables into the lake, each once per batch id."""
 
-    def __init__(self, lake: Lake, writer_id: str = STATEFUL_WRITER) -> None:
-        self.lake, self.writer_id = lake, writer_id
+    def __init__(self, lake: Lake, writer_id: str = STATEFUL_WRITER,
+                 publish: Callable[[list[dict[str, Any]]], object] | None = None) -> None:
+        self.lake, self.writer_id, self.publish = lake, writer_id, publish
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        records = records.persist()  # the packed records: a few rows per bucket
+        records = records.persist()  # the packed rows: a few per key
         began = step = time.monotonic()
         spent: dict[str, float] = {}
 
@@ -201,27 +275,52 @@ class FoldBatchWriter:
             spent[what], step = time.monotonic() - step, time.monotonic()
 
         try:
-            records.count()  # the fold itself runs here, once
-            lap("fold")
-            for kind, spec in ((FoldRecord.PARTITION_TRANSITION, PARTITION_TRANSITIONS),
-                               (FoldRecord.REPLICA_TRANSITION, REPLICA_TRANSITIONS)):
-                write_batch(unpacked(records, kind, spec.column_names), self.lake, spec.name, self.writer_id, batch_id)
-                lap(spec.name)
-            # the state tables last: a committed state means the whole batch is
-            self._merge(unpacked(records, FoldRecord.PARTITION_STATE, PARTITION_STATE.column_names),
-                        PARTITION_STATE.name, PARTITION_STATE.key, batch_id)
-            lap(PARTITION_STATE.name)
-            self._merge(unpacked(records, FoldRecord.REPLICA_STATE, REPLICA_STATE.column_names),
-                        REPLICA_STATE.name, REPLICA_STATE.key, batch_id)
-            lap(REPLICA_STATE.name)
+            # the operator runs here, once; what comes back is the names of the tables written (at most 8)
+            written = {r[0] for r in records.select(TABLE_COLUMN).distinct().collect()}
+            lap("query")
+            # the appends at once (Spark runs jobs from several driver threads side by side; each commit is
+            # its own, idempotent per batch id), then the MERGEs one by one (they share the session's txn conf)
+            appends = [spec for spec in (ANOMALIES, *APPEND_ORDER) if spec.name in written]
+            with ThreadPoolExecutor(max_workers=len(appends) or 1, thread_name_prefix="stateful-sink") as pool:
+                for done in [pool.submit(self._append, records, spec, batch_id) for spec in appends]:
+                    done.result()
+            lap("appends")
+            for spec, scope in MERGED:
+                if spec.name in written:
+                    keys = TENURE_KEY if spec is CONTROLLER_TENURE else spec.key
+                    self._merge(unpacked(records, spec), spec.name, keys, batch_id, scope)
+                    lap(spec.name)
         finally:
             records.unpersist()
-        log.info("stateful fold batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
+        log.info("stateful query batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
                  ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
 
-    def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int) -> None:
-        """Upsert a batch's state rows on ``keys``; the target rows of a key whose (cluster, topic, partition) the
-        batch wrote and this batch did not (a replica gone) are deleted. Idempotent per batch id."""
+    def _append(self, records: DataFrame, spec: TableSpec, batch_id: int) -> None:
+        if spec is not ANOMALIES:
+            write_batch(unpacked(records, spec), self.lake, spec.name, self.writer_id, batch_id)
+            return
+        new = self._new_anomalies(unpacked(records, ANOMALIES)).persist()
+        try:
+            committed = write_batch(new, self.lake, ANOMALIES.name, self.writer_id, batch_id)
+            if committed and self.publish is not None:
+                self.publish([r.asDict(recursive=True) for r in new.collect()])  # few: new findings only
+        finally:
+            new.unpersist()
+
+    def _new_anomalies(self, found: DataFrame) -> DataFrame:
+        """One row per anomaly id (two keys can find one: a split brain's pair, at its lowest-zxid write), less
+        the ids already committed (ids are deterministic: a finding seen again is not new)."""
+        first = Window.partitionBy("anomaly_id").orderBy(F.col("zxid").asc_nulls_last(),
+                                                          F.element_at("evidence", -1).asc_nulls_last())
+        one = found.withColumn("_n", F.row_number().over(first)).filter("_n = 1").drop("_n")
+        self.lake.ensure(ANOMALIES.name)
+        known = found.sparkSession.read.format("delta").load(self.lake.table_path(ANOMALIES.name)).select("anomaly_id")
+        return one.join(known, "anomaly_id", "left_anti")
+
+    def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int,
+               scope: tuple[str, ...]) -> None:
+        """Upsert a batch's rows on ``keys``; the target rows in a ``scope`` (e.g. one partition) the batch
+        wrote that the batch did not write again (a replica gone) are deleted. Idempotent per batch id."""
         lake = self.lake
         lake.ensure(table)
         last = lake.last_batch_seq(table, self.writer_id)
@@ -230,12 +329,12 @@ class FoldBatchWriter:
             return
         spark = rows.sparkSession
         path = lake.table_path(table)
-        part_keys = ["cluster", "topic", "partition"]
         source = rows.withColumn("_del", F.lit(False))
-        if tuple(part_keys) != keys:
+        if scope != keys:
             target = spark.read.format("delta").load(path)
-            touched = rows.select(*part_keys).distinct()
-            gone = (target.join(touched, part_keys, "left_semi").join(rows.select(*keys), list(keys), "left_anti")
+            touched = rows.select(*scope).distinct()
+            on_keys = [target[k].eqNullSafe(rows[k]) for k in keys]
+            gone = (target.join(touched, list(scope), "left_semi").join(rows.select(*keys), on_keys, "left_anti")
                     .select(*rows.columns).withColumn("_del", F.lit(True)))
             source = source.unionByName(gone)
         view = f"_fold_{table}_{batch_id}"
@@ -259,23 +358,65 @@ class FoldBatchWriter:
             spark.catalog.dropTempView(view)
 
 
-def start_stateful_fold(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
-                        kafka_version: str = DEFAULT_KAFKA_VERSION, writer_id: str = STATEFUL_WRITER,
-                        available_now: bool = False, processing_time: str | None = None,
-                        max_files_per_trigger: int | None = None, after_version: int | None = None) -> StreamingQuery:
-    """Start the fold over ``lake``'s bronze stream, writing the transitions and the state tables.
+def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
+                         kafka_version: str = DEFAULT_KAFKA_VERSION, writer_id: str | None = None,
+                         available_now: bool = False, processing_time: str | None = None,
+                         max_files_per_trigger: int | None = None,
+                         publish: Callable[[list[dict[str, Any]]], object] | None = None) -> StreamingQuery:
+    """Start the pipeline over ``lake``'s bronze streams, writing every derived table.
 
     ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
     else ``processing_time`` (e.g. ``"1 second"``) for a monitor. ``buckets`` must stay the same for a
-    checkpoint. ``after_version``: the bronze versions up to it are not streamed (Delta's ``startingVersion``).
+    checkpoint. ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
+    the driver with each batch's new anomalies once they are committed.
     """
+    writer_id = writer_id or checkpoint_writer(checkpoint)
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     if available_now == (processing_time is not None):
         raise ValueError("give available_now or processing_time, one of them")
-    bronze = stream_table(spark, lake, ZNODE_EVENTS.name, after_version=after_version,
-                          max_files_per_trigger=max_files_per_trigger)
-    writer = (fold_stream(bronze, buckets, kafka_version).writeStream
-              .option("checkpointLocation", str(checkpoint)).foreachBatch(FoldBatchWriter(lake, writer_id)))
+    bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger)
+                         for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
+    writer = (stateful_stream(bronze, decisions, buckets, kafka_version).writeStream
+              .option("checkpointLocation", str(checkpoint)).foreachBatch(PipelineBatchWriter(lake, writer_id, publish)))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     return writer.start()
+
+
+WRITER_FILE = "zkledger-writer"
+
+
+def checkpoint_writer(checkpoint: str | Path) -> str:
+    """The app-transaction id of a checkpoint's commits, kept beside its offsets: a new checkpoint numbers its
+    batches from 0 again, and Delta remembers every writer's last batch, so each checkpoint writes as its own."""
+    path = Path(checkpoint) / WRITER_FILE
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = f"{STATEFUL_WRITER}-{uuid.uuid4().hex[:12]}"
+    path.write_text(writer)
+    return writer
+
+
+def stateful_checkpoint(checkpoint_root: str | None, lake_root: str) -> str:
+    """The stateful query's checkpoint folder: under ``[streaming] checkpoint_root``, else the lake's."""
+    return os.path.join(checkpoint_root or os.path.join(lake_root, "_checkpoints"), "stateful")
+
+
+def stateful_rebuild(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
+                     kafka_version: str = DEFAULT_KAFKA_VERSION,
+                     max_files_per_trigger: int | None = None) -> dict[str, int]:
+    """Every derived table from all bronze history: the query from a fresh ``checkpoint`` with ``availableNow``.
+
+    The old checkpoint goes and every derived table is emptied first; a monitor on the same checkpoint then
+    continues where the rebuild ended. Returns each derived table's row count.
+    """
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    writer = checkpoint_writer(checkpoint)
+    for spec in DERIVED:
+        if lake.exists(spec.name):
+            lake.overwrite(spec.name, spark_arrow_schema(spec).empty_table(), writer_id=f"{writer}-reset", batch_seq=0)
+    query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
+                                 available_now=True, max_files_per_trigger=max_files_per_trigger)
+    query.awaitTermination()
+    return {spec.name: lake.row_count(spec.name) if lake.exists(spec.name) else 0 for spec in DERIVED}

@@ -17,15 +17,25 @@ its state store (one value per bucket) and checkpoints them.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.spark_schema import spark_arrow_schema
-from models.tables import PARTITION_STATE, REPLICA_STATE
-from pipelines.controller import GLOBAL_TYPES, replay
+from models.tables import (
+    ANOMALIES,
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+)
+from pipelines import detectors as D
+from pipelines.controller import GLOBAL_TYPES, ZOMBIE_WRITE_COLUMNS, Timeline, replay, zk_split_brain
+from pipelines.detectors import ZK_WRITE_COLUMNS, ZK_WRITE_SCHEMA, distinct_writes
 from pipelines.fanout import TOPIC_LEVEL_TYPES, fanned_events, fanout_rows, touched_by_fanout
 from pipelines.fold_records import FoldRecord
 from pipelines.keyed_fold import _key_codes, fold_local
@@ -36,6 +46,11 @@ FOLDED_TYPES = tuple(dict.fromkeys((*PARTITION_TYPES, *GLOBAL_TYPES)))
 BROADCAST_TYPES = tuple(dict.fromkeys((*GLOBAL_TYPES, *TOPIC_LEVEL_TYPES)))
 """Types sent to every bucket of their cluster when they carry no partition (cluster-wide or topic-level)."""
 BUCKET_COLUMN = "bucket"
+CLUSTER_STAGE = -1
+"""The bucket number of a cluster's stage: the cluster-wide work (timeline, controller terms, decisions not
+about one partition, collection gaps) of the streaming query, one key per cluster."""
+EMIT_COLUMN = "_emit"
+"""On a routed event: this copy is the one written to ``metadata_events`` (broadcast copies only fold)."""
 GLOBAL_COLUMNS = ("cluster", "zxid", "_seq", "path", "event_id", "type", "event_time", "broker", "controller_id",
                   "controller_epoch", "detail")
 """The columns of a cluster-wide event each bucket keeps for its timeline replay."""
@@ -53,65 +68,125 @@ def bucket_of(topic: pa.Array | pa.ChunkedArray, partition: pa.Array | pa.Chunke
 
 
 def route(meta: pa.Table, buckets: int) -> pa.Table:
-    """``meta`` with a ``bucket`` column: an event with a partition once, in its key's bucket; a partition-less
-    cluster-wide or topic-level event (BROADCAST_TYPES) once per bucket of its cluster (few rows)."""
-    broadcast = pc.fill_null(pc.and_(pc.is_in(meta["type"], pa.array(BROADCAST_TYPES)),
-                                     pc.is_null(meta["partition"])), False)
-    own = meta.filter(pc.invert(broadcast))
+    """``meta`` with a ``bucket`` and an ``_emit`` column, each event where the streaming query needs it.
+
+    An event with a partition: once, in its key's bucket (folded there if of a FOLDED_TYPES type, and written to
+    ``metadata_events`` from there). One without: once to its cluster's stage (``CLUSTER_STAGE``, which writes
+    it and replays the timeline), and for the fold: a cluster-wide or topic-level one (BROADCAST_TYPES) to every
+    bucket, another folded one to the bucket of its topic. Only the first copy has ``_emit`` true.
+    """
+    has_partition = pc.is_valid(meta["partition"])
+    own = meta.filter(has_partition)
     own = own.append_column(BUCKET_COLUMN, pa.array(bucket_of(own["topic"], own["partition"], buckets), pa.int32()))
-    every = meta.filter(broadcast)
-    if every.num_rows == 0:
-        return own
-    copies = every.take(pa.array(np.repeat(np.arange(every.num_rows), buckets), pa.int64()))
-    copies = copies.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), every.num_rows)))
-    return pa.concat_tables([own, copies])
+    partless = meta.filter(pc.invert(has_partition))
+    stage = partless.append_column(BUCKET_COLUMN, pa.array(np.full(partless.num_rows, CLUSTER_STAGE, np.int32)))
+    parts = [_emitting(own, True), _emitting(stage, True)]
+    broadcast = pc.is_in(partless["type"], pa.array(BROADCAST_TYPES))
+    every = partless.filter(broadcast)
+    if every.num_rows:
+        copies = every.take(pa.array(np.repeat(np.arange(every.num_rows), buckets), pa.int64()))
+        copies = copies.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), every.num_rows)))
+        parts.append(_emitting(copies, False))
+    topic_level = partless.filter(pc.and_(pc.invert(broadcast), pc.is_in(partless["type"], pa.array(FOLDED_TYPES))))
+    if topic_level.num_rows:
+        topic_level = topic_level.append_column(
+            BUCKET_COLUMN, pa.array(bucket_of(topic_level["topic"], topic_level["partition"], buckets), pa.int32()))
+        parts.append(_emitting(topic_level, False))
+    return pa.concat_tables(parts)
+
+
+def _emitting(rows: pa.Table, emit: bool) -> pa.Table:
+    return rows.append_column(EMIT_COLUMN, pa.array(np.full(rows.num_rows, emit)))
+
+
+def route_decisions(decisions: pa.Table, buckets: int) -> pa.Table:
+    """``decisions`` with a ``bucket`` column: every row to its cluster's stage (the controller terms and
+    resignations read them all), and a row about one partition also to that partition's bucket (checked there
+    against the writes ZooKeeper held)."""
+    keyed = decisions.filter(pc.and_(pc.is_valid(decisions["topic"]), pc.is_valid(decisions["partition"])))
+    own = keyed.append_column(BUCKET_COLUMN, pa.array(bucket_of(keyed["topic"], keyed["partition"], buckets), pa.int32()))
+    stage = decisions.append_column(BUCKET_COLUMN, pa.array(np.full(decisions.num_rows, CLUSTER_STAGE, np.int32)))
+    return pa.concat_tables([own, stage])
 
 
 @dataclass
 class BucketState:
     """What a bucket carries between micro-batches: its keys' partition and replica state rows (the lake's
-    ``partition_state``/``replica_state`` schemas) and its cluster's timeline events so far."""
+    ``partition_state``/``replica_state`` schemas), its cluster's timeline events so far, and the distinct
+    (leader, leader epoch) its keys' partition states have held (what logged decisions are checked against)."""
 
     partition_state: pa.Table
     replica_state: pa.Table
     global_events: pa.Table
+    zk_writes: pa.Table
+    recent_ids: pa.Table  # RECENT_IDS: the newest metadata event ids this key has written
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
         return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
-                   _global_schema(meta_schema).empty_table())
+                   _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table())
 
-    def to_bytes(self) -> tuple[bytes, bytes, bytes]:
-        return _ipc(self.partition_state), _ipc(self.replica_state), _ipc(self.global_events)
+    def to_bytes(self) -> tuple[bytes, ...]:
+        return tuple(ipc_bytes(t) for t in (self.partition_state, self.replica_state, self.global_events,
+                                            self.zk_writes, self.recent_ids))
 
     @classmethod
-    def from_bytes(cls, blobs: tuple[bytes, bytes, bytes]) -> BucketState:
-        ps, rs, gl = (pa.ipc.open_stream(pa.BufferReader(b)).read_all() for b in blobs)
-        return cls(ps, rs, gl)
+    def from_bytes(cls, blobs: Sequence[bytes]) -> BucketState:
+        ps, rs, gl, zk, recent = (ipc_table(b) for b in blobs)
+        return cls(ps, rs, gl, zk, recent)
 
 
-def _ipc(table: pa.Table) -> bytes:
+RECENT_IDS = pa.schema([pa.field("zxid", pa.int64()), pa.field("event_id", pa.string())])
+RECENT_IDS_PER_KEY = 100_000
+"""How many of its newest metadata event ids a key remembers: both collectors deliver one change within
+seconds, so its second copy is found here however the micro-batches cut them."""
+
+
+def first_seen(events: pa.Table, recent: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(``events`` less the copies of one change: a second row of an id in the batch, or an id ``recent`` holds;
+    ``recent`` with the kept ids, its newest RECENT_IDS_PER_KEY by zxid)."""
+    if events.num_rows == 0:
+        return events, recent
+    ids = events["event_id"].to_numpy(zero_copy_only=False)
+    _, first = np.unique(ids, return_index=True)
+    keep = np.zeros(events.num_rows, bool)
+    keep[first] = True
+    if recent.num_rows:
+        keep &= ~pc.is_in(events["event_id"], recent["event_id"]).to_numpy(zero_copy_only=False)
+    kept = events if keep.all() else events.filter(pa.array(keep))
+    seen = pa.concat_tables([recent, kept.select(RECENT_IDS.names).cast(RECENT_IDS)])
+    if seen.num_rows > RECENT_IDS_PER_KEY:
+        seen = seen.take(pc.sort_indices(seen, sort_keys=[("zxid", "descending")])[:RECENT_IDS_PER_KEY])
+    return kept, seen
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """A table as one Arrow IPC stream (lz4): how the streaming query's state and packed rows hold tables."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
         writer.write_table(table)
     return bytes(sink.getvalue().to_pybytes())
 
 
+def ipc_table(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.BufferReader(blob)).read_all()
+
+
 def _global_schema(meta_schema: pa.Schema) -> pa.Schema:
     return pa.schema([meta_schema.field(c) for c in GLOBAL_COLUMNS])
 
 
-def bucket_timeline(state: BucketState, rows: pa.Table) -> tuple[GlobalContext, pa.Table]:
-    """The cluster's timeline context after this batch, and the timeline events to carry (deduplicated by id)."""
+def bucket_timeline(state: BucketState, rows: pa.Table) -> tuple[Timeline, pa.Table]:
+    """The cluster's timeline after this batch, and the timeline events to carry (deduplicated by id)."""
     batch = rows.filter(pc.is_in(rows["type"], pa.array(GLOBAL_TYPES))).select(list(GLOBAL_COLUMNS))
     events = pa.concat_tables([state.global_events, batch.cast(state.global_events.schema)])
     if batch.num_rows:
         _, first = np.unique(events["event_id"].to_numpy(zero_copy_only=False), return_index=True)
         events = events.take(pa.array(np.sort(first), pa.int64()))
     if events.num_rows == 0:
-        return GlobalContext(), events
+        return Timeline(GlobalContext()), events
     cluster = events["cluster"][0].as_py()
-    return replay(cluster, events.to_pylist()).ctx, events
+    return replay(cluster, events.to_pylist()), events
 
 
 def touched_seeds(ps: pa.Table, rs: pa.Table, meta: pa.Table, ctx: GlobalContext) -> tuple[pa.Table, pa.Table]:
@@ -135,17 +210,55 @@ def merged_state(carried: pa.Table, new: pa.Table) -> pa.Table:
     return pa.concat_tables([kept, new]).combine_chunks()
 
 
-def fold_bucket(state: BucketState, rows: pa.Table, kafka_version: str) -> tuple[dict[str, pa.Table], BucketState]:
-    """(the fold's records by kind, ``vector_fold.FOLD_RECORDS``; the bucket's next state) for one micro-batch.
+def fold_bucket(state: BucketState, rows: pa.Table,
+                kafka_version: str) -> tuple[dict[str, pa.Table], BucketState, Timeline]:
+    """(the fold's records by kind, ``vector_fold.FOLD_RECORDS``; the bucket's next state; its cluster's timeline)
+    for one micro-batch.
 
     ``rows``: decoded metadata events (``metadata_events`` columns and ``_seq``) of this bucket's keys and the
     broadcast ones of its cluster, in any order (the fold orders its rows).
     """
-    ctx, global_events = bucket_timeline(state, rows)
+    timeline, global_events = bucket_timeline(state, rows)
+    ctx = timeline.ctx
     seeds = touched_seeds(state.partition_state, state.replica_state, rows, ctx)
     fanned = fanout_rows(rows, seeds[0], ctx)
     fold = fold_local(rows, fanned, seeds, ctx, kafka_version)
     # a key's rows in the fold's output replace all its carried rows (as the in-process engine merges)
     ps = merged_state(state.partition_state, fold[FoldRecord.PARTITION_STATE])
     rs = merged_state(state.replica_state, fold[FoldRecord.REPLICA_STATE])
-    return fold, BucketState(ps, rs, global_events)
+    writes = fold[FoldRecord.WRITE].select(list(ZK_WRITE_COLUMNS)).cast(ZK_WRITE_SCHEMA)
+    zk = distinct_writes(pa.concat_tables([state.zk_writes, writes])) if writes.num_rows else state.zk_writes
+    return fold, BucketState(ps, rs, global_events, zk, state.recent_ids), timeline
+
+
+def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: pa.Table | None,
+                kafka_version: str) -> tuple[dict[str, pa.Table], BucketState]:
+    """One bucket's micro-batch in the streaming query: (its rows of each output table by table name, its next
+    state).
+
+    ``events``: the bucket's routed events (``route``: ``_seq`` and ``_emit`` besides ``metadata_events``'
+    columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None. Out: the
+    ``metadata_events`` it writes, the transitions, its changed state rows, and the anomalies its keys show
+    (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
+    """
+    events, recent = first_seen(events, state.recent_ids)
+    state = replace(state, recent_ids=recent)
+    folded = events.filter(pc.is_in(events["type"], pa.array(FOLDED_TYPES))).drop_columns([EMIT_COLUMN])
+    out: dict[str, pa.Table] = {
+        METADATA_EVENTS.name: events.filter(events[EMIT_COLUMN]).select(list(METADATA_EVENTS.column_names))}
+    found: list[pa.Table] = []
+    if folded.num_rows:
+        fold, state, timeline = fold_bucket(state, folded, kafka_version)
+        pt = fold[FoldRecord.PARTITION_TRANSITION].select(list(PARTITION_TRANSITIONS.column_names))
+        rt = fold[FoldRecord.REPLICA_TRANSITION].select(list(REPLICA_TRANSITIONS.column_names))
+        writes = fold[FoldRecord.WRITE]
+        zombies = writes.filter(D.zombie_write_mask(writes)).select(list(ZOMBIE_WRITE_COLUMNS)).to_pylist()
+        split = zk_split_brain(cluster, zombies, timeline.tenure) if zombies else []
+        found += [D.detect_illegal_transitions(pt, rt), D.write_anomalies(writes), D.anomaly_rows(split)]
+        out.update({PARTITION_TRANSITIONS.name: pt, REPLICA_TRANSITIONS.name: rt,
+                    PARTITION_STATE.name: fold[FoldRecord.PARTITION_STATE].select(list(PARTITION_STATE.column_names)),
+                    REPLICA_STATE.name: fold[FoldRecord.REPLICA_STATE].select(list(REPLICA_STATE.column_names))})
+    if decisions is not None and decisions.num_rows:
+        found.append(D.decision_anomalies(decisions, state.zk_writes, kafka_version))
+    out[ANOMALIES.name] = D.concat(found)
+    return out, state

@@ -17,10 +17,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakehouse.spark_schema import spark_arrow_schema
 from models.anomalies import SEVERITY, AnomalyKind
 from models.decisions import DecisionKind
-from models.events import MetadataEventType, TenureSource
+from models.events import MetadataEventType, Source, TenureSource
 from models.ids import event_id
+from models.tables import CONTROLLER_TENURE
 from pipelines.state_machines import GlobalContext
 
 T = MetadataEventType
@@ -286,3 +288,36 @@ def _from_us(us: int) -> datetime:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+ZOMBIE_WRITE_COLUMNS = ("event_id", "zxid", "event_time", "topic", "partition", "controller_epoch",
+                        "cur_controller_epoch")
+"""What ``zk_split_brain`` reads of a flagged write."""
+
+
+def covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | None]) -> bool:
+    """A watch collector's gap is noise when the txnlog has delivered that zxid (it holds the lossless history
+    between the lowest and the highest zxid it delivered; below, its files were purged or not yet read)."""
+    lo, hi = txn_range
+    if anomaly["kind"] != AnomalyKind.COLLECTION_GAP or lo is None or hi is None or anomaly.get("zxid") is None:
+        return False
+    return anomaly[GAP_SOURCE] != Source.TXNLOG and lo <= int(anomaly["zxid"]) <= hi
+
+
+def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:
+    """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted."""
+    acting = decisions.filter(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
+                                              pc.is_valid(decisions["controller_epoch"])), pc.is_valid(decisions["ts"])))
+    schema = spark_arrow_schema(CONTROLLER_TENURE)
+    n = acting.num_rows
+    new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],
+                    "controller_epoch": acting["controller_epoch"], "start_zxid": pa.nulls(n, pa.int64()),
+                    "end_zxid": pa.nulls(n, pa.int64()), "start_time": acting["ts"], "end_time": acting["ts"],
+                    "source": pa.array([str(TenureSource.LOGS)] * n, pa.string())})
+    both = pa.concat_tables([carried_terms.select(schema.names).cast(schema), new.select(schema.names).cast(schema)])
+    keys = ["cluster", "controller_id", "controller_epoch", "source"]
+    agg = both.group_by(keys, use_threads=False).aggregate(
+        [("start_zxid", "min"), ("end_zxid", "max"), ("start_time", "min"), ("end_time", "max")])
+    agg = agg.rename_columns([{"start_zxid_min": "start_zxid", "end_zxid_max": "end_zxid", "start_time_min": "start_time",
+                               "end_time_max": "end_time"}.get(c, c) for c in agg.column_names])
+    return agg.select(schema.names).cast(schema)

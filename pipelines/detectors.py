@@ -85,6 +85,11 @@ def _details_json(rows: pa.Table, names: Sequence[str], extra: dict[str, Any]) -
     return [dumps({k: v for k, v in zip(keys, values, strict=True) if v is not None}) for values in zip(*columns, strict=True)]
 
 
+def anomaly_rows(rows: Sequence[dict[str, Any]]) -> pa.Table:
+    """Anomalies built row by row (``pipelines.controller.anomaly``) as an anomalies table."""
+    return pa.Table.from_pylist([{c: r.get(c) for c in ANOMALY_SCHEMA.names} for r in rows], schema=ANOMALY_SCHEMA)
+
+
 def concat(parts: Sequence[pa.Table]) -> pa.Table:
     tables = [p.select(ANOMALY_SCHEMA.names).cast(ANOMALY_SCHEMA) for p in parts if p.num_rows]
     return pa.concat_tables(tables) if tables else ANOMALY_SCHEMA.empty_table()
@@ -220,6 +225,18 @@ def _write_keys(t: pa.Table) -> pa.Array:
     """(topic, partition, leader, leader_epoch) as one string per row (null when any part is null)."""
     return pc.binary_join_element_wise(t["topic"], *(pc.cast(t[c], pa.string()) for c in
                                                      ("partition", "leader", "leader_epoch")), "\x1f")
+
+
+ZK_WRITE_COLUMNS = ("topic", "partition", "leader", "leader_epoch")
+"""What the decision detectors ask of a state write: whether ZooKeeper ever held (leader, leader_epoch)."""
+ZK_WRITE_SCHEMA = pa.schema([pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+                             pa.field("leader", pa.int32()), pa.field("leader_epoch", pa.int32())])
+
+
+def distinct_writes(writes: pa.Table) -> pa.Table:
+    """One row per (topic, partition, leader, leader_epoch): the known writes grow with leader changes, not
+    with every write (ISR changes, repeated writes of one leadership)."""
+    return writes.group_by(list(ZK_WRITE_COLUMNS), use_threads=False).aggregate([]).select(list(ZK_WRITE_COLUMNS))
 
 
 def detect_decision_zk_divergence(d: pa.Table, zk_writes: pa.Table) -> pa.Table:

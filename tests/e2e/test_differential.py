@@ -25,6 +25,7 @@ import pytest
 
 from engine.monitor import START_MARKER, drain_monitor
 from engine.rebuild import rebuild
+from engine.stateful import start_stateful_query
 from engine.writes import MONITOR_WRITER, REBUILD_WRITER, WRITER_KEY
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
@@ -256,6 +257,20 @@ def monitor_killed_mid_stream(ctx: Ctx) -> Lake:
     return dst
 
 
+def stateful_query(ctx: Ctx, chunks: int = 1) -> Lake:
+    """The Spark stateful query (``engine.stateful``) from a fresh checkpoint with ``availableNow``: the bronze
+    in one micro-batch, or fed in time chunks with the query restarted on its checkpoint after each."""
+    dst = ctx.lake()
+    for seq, chunk in enumerate(time_chunks(ctx.scenario.bronze, chunks) if chunks > 1
+                                else [list(ctx.scenario.bronze.items())], start=1):
+        feed(dst, chunk, seq)
+        query = start_stateful_query(ctx.spark, dst, ctx.tmp_path / "stateful-checkpoint", buckets=4,
+                                     available_now=True)
+        query.awaitTermination()
+        assert [p for p in query.recentProgress if int(p["numInputRows"])]  # it ran a batch on this chunk
+    return dst
+
+
 @dataclass(frozen=True)
 class Way:
     name: str
@@ -267,6 +282,8 @@ CHUNKS = Way("rebuild-in-zxid-chunks", rebuild_in_zxid_chunks)
 CHUNKS_THEN_SPARK = Way("rebuild-in-zxid-chunks-then-through-spark", rebuild_in_zxid_chunks,
                         {"then_through_spark": True})
 SPARK = Way("rebuild-through-spark", rebuild_through_spark)
+STATEFUL = Way("stateful-query", stateful_query)
+STATEFUL_CHUNKS = Way("stateful-query-in-3-chunks", stateful_query, {"chunks": 3})
 # the histories with the most kinds of rows take the rebuild's other paths
 REBUILT = ["zombie-controller-2.0", "topic-deletion-3.8", "reassignment-3.8", "failover-storm-3.8"]
 
@@ -289,6 +306,10 @@ CASES: list[tuple[str, Way]] = [
     ("unclean-election-3.8", SPARK),
     ("unclean-election-3.8", CHUNKS_THEN_SPARK),
     *[(name, way) for name in REBUILT for way in (SPARK, CHUNKS)],
+    # the stateful query: both literal histories, both collectors with logs, a storm, a deletion; in chunks too
+    *[(name, STATEFUL) for name in ("zombie-offline", "split-brain", "zombie-controller-2.0", "failover-storm-3.8",
+                                    "topic-deletion-3.8")],
+    *[(name, STATEFUL_CHUNKS) for name in ("split-brain", "zombie-controller-2.0")],
 ]
 
 

@@ -142,8 +142,10 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
     assert ("anomalies", "in_set(kind)", False) in {k[:3] for k in remote}
 
 
-def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: Any, tmp_path: Path) -> None:
-    """jobs/rebuild.py on the standalone cluster writes the same derived tables as a local rebuild."""
+@pytest.mark.parametrize("engine", ["in-process", "stateful"])
+def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: Any, tmp_path: Path, engine: str) -> None:
+    """jobs/rebuild.py on the standalone cluster writes the same derived tables as a local rebuild: the in-process
+    engine with every increment through Spark, and the stateful streaming query."""
     from engine.rebuild import rebuild
     from lakehouse import Lake
     from tests.history import History
@@ -162,7 +164,7 @@ def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: A
 
     # the local rebuild ran in process (a small history); on the cluster, decode and fold run on the executor
     conf = tmp_path / "through-spark.toml"
-    conf.write_text("[pipeline]\nlocal_max_rows = 0\n", encoding="utf-8")
+    conf.write_text(f'[pipeline]\nlocal_max_rows = 0\nengine = "{engine}"\n', encoding="utf-8")
     argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "rebuild.py"),
             "--conf", str(conf), "--lake", remote.root, "--cluster", remote.cluster]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
@@ -212,9 +214,9 @@ def _wait_rows(lake: Any, table: str, at_least: int, proc: subprocess.Popen[byte
 
 def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
         standalone_cluster: Standalone, spark: Any, tmp_path: Path) -> None:
-    """jobs/monitor.py on two workers, one bronze commit per micro-batch and every stage on the executors: the
-    driver is SIGKILLed after its first micro-batch, restarted, and one worker is killed while the restarted
-    monitor streams. The derived tables equal a local rebuild of the same bronze."""
+    """jobs/monitor.py with the stateful engine on two workers, one bronze commit per micro-batch: the driver is
+    SIGKILLed after its first micro-batch, restarted, and one worker is killed while the restarted monitor
+    streams. The derived tables equal a local (in-process) rebuild of the same bronze."""
     import signal
 
     from engine.rebuild import rebuild
@@ -230,7 +232,8 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
     rebuild(spark, local)
 
     conf = tmp_path / "cluster.toml"
-    conf.write_text("[pipeline]\nlocal_max_rows = 0\n\n[streaming]\nmax_files_per_trigger = 1\n", encoding="utf-8")
+    conf.write_text('[pipeline]\nengine = "stateful"\nbuckets = 4\n\n[streaming]\nmax_files_per_trigger = 1\n',
+                    encoding="utf-8")
     job = [*_submit(standalone_cluster.url, tmp_path, cores=2), str(ROOT / "jobs" / "monitor.py"), "--conf", str(conf),
            "--lake", remote.root, "--cluster", remote.cluster]
     first_log = tmp_path / "monitor-1.log"

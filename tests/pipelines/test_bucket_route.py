@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from models.events import MetadataEventType
-from pipelines.bucket_fold import BUCKET_COLUMN, bucket_of, route
+from pipelines.bucket_fold import BUCKET_COLUMN, CLUSTER_STAGE, EMIT_COLUMN, bucket_of, route, route_decisions
 
 T = MetadataEventType
 
@@ -32,16 +32,29 @@ def test_keys_spread_over_the_buckets() -> None:
     assert counts.min() > 0.8 * n / 32 and counts.max() < 1.2 * n / 32
 
 
-def test_a_partition_event_goes_to_its_bucket_and_a_cluster_wide_one_to_every_bucket() -> None:
-    meta = pa.table({"cluster": ["c", "c", "c", "c"],
+def test_a_partition_event_goes_to_its_bucket_and_a_cluster_wide_one_to_the_stage_and_every_bucket() -> None:
+    meta = pa.table({"cluster": ["c", "c", "c", "c", "c"],
                      "type": [str(T.PARTITION_STATE_WRITTEN), str(T.CONTROLLER_ELECTED), str(T.TOPIC_DELETION_REQUESTED),
-                              str(T.PARTITION_STATE_WRITTEN)],
-                     "topic": ["t", None, "t", "t"], "partition": pa.array([0, None, None, 0], pa.int32()),
-                     "zxid": [1, 2, 3, 4]})
+                              str(T.PARTITION_STATE_WRITTEN), str(T.CONFIG_CHANGED)],
+                     "topic": ["t", None, "t", "t", "t"], "partition": pa.array([0, None, None, 0, None], pa.int32()),
+                     "zxid": [1, 2, 3, 4, 5]})
     routed = route(meta, 4)
-    by_zxid: dict[int, list[int]] = {}
-    for z, b in zip(routed["zxid"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), strict=True):
-        by_zxid.setdefault(z, []).append(b)
+    by_zxid: dict[int, list[tuple[int, bool]]] = {}
+    for z, b, e in zip(routed["zxid"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), routed[EMIT_COLUMN].to_pylist(),
+                       strict=True):
+        by_zxid.setdefault(z, []).append((b, e))
     own = bucket_of(pa.array(["t"]), pa.array([0], pa.int32()), 4)[0]
-    assert by_zxid[1] == by_zxid[4] == [own]
-    assert sorted(by_zxid[2]) == sorted(by_zxid[3]) == [0, 1, 2, 3]
+    assert by_zxid[1] == by_zxid[4] == [(own, True)]
+    everywhere = sorted([(CLUSTER_STAGE, True), *((b, False) for b in range(4))])
+    assert sorted(by_zxid[2]) == sorted(by_zxid[3]) == everywhere
+    assert by_zxid[5] == [(CLUSTER_STAGE, True)]  # not folded: written by the stage only
+    assert sum(routed[EMIT_COLUMN].to_pylist()) == meta.num_rows  # each event written once
+
+
+def test_a_decision_goes_to_its_stage_and_to_its_partitions_bucket() -> None:
+    decisions = pa.table({"cluster": ["c", "c"], "topic": ["t", None], "partition": pa.array([0, None], pa.int32()),
+                          "line_no": [1, 2]})
+    routed = route_decisions(decisions, 4)
+    own = bucket_of(pa.array(["t"]), pa.array([0], pa.int32()), 4)[0]
+    assert sorted(zip(routed["line_no"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), strict=True)) == [
+        (1, CLUSTER_STAGE), (1, own), (2, CLUSTER_STAGE)]

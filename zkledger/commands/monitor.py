@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from conf.settings import PipelineEngine
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -23,6 +25,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--maintain-every", metavar="HOURS", type=float, default=None,
                         help="run `zkledger maintain` between micro-batches this often "
                              "(default: settings monitor.maintain_every_hours; 0 = off)")
+    parser.add_argument("--engine", choices=tuple(PipelineEngine), default=None,
+                        help="what runs it (default: settings pipeline.engine): in-process increments, or the Spark "
+                             "stateful streaming query (its own checkpoint; --quality and --maintain-every are "
+                             "in-process only)")
     parser.set_defaults(handler=run)
 
 
@@ -36,6 +42,8 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         alerter = AnomalyAlerter(url)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if PipelineEngine(args.engine or ctx.settings.pipeline.engine) is PipelineEngine.STATEFUL:
+        return _run_stateful(args, ctx, alerter)
     checkpoint = monitor_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
     quality = args.quality or ctx.settings.monitor.quality_each_batch
     if args.available_now:
@@ -61,4 +69,24 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         query.stop()
     finally:
         alerter.close()
+    return f"monitor stopped: {alerter.count} anomalies published"
+
+
+def _run_stateful(args: argparse.Namespace, ctx: Any, alerter: Any) -> str:
+    from engine.stateful import start_stateful_query, stateful_checkpoint
+
+    trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
+    query = start_stateful_query(
+        ctx.spark("zkledger-monitor"), ctx.lake,
+        stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root), buckets=ctx.settings.pipeline.buckets,
+        available_now=args.available_now, processing_time=None if args.available_now else f"{trigger} seconds",
+        max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger, publish=alerter.publish)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    finally:
+        alerter.close()
+    if args.available_now:
+        return f"monitor caught up and stopped: {alerter.count} anomalies published"
     return f"monitor stopped: {alerter.count} anomalies published"

@@ -1,9 +1,10 @@
-"""Differential: the stateful streaming fold (``engine.stateful``) == the in-process engine (``engine.rebuild``).
+"""Differential: the stateful streaming query (``engine.stateful``) == the in-process engine (``engine.rebuild``).
 
 A few hundred partitions with controller failovers, broker churn, a reassignment and a topic deletion are
 committed to bronze in several Delta commits. The in-process rebuild is the reference; the streaming query
-runs from a fresh checkpoint with ``availableNow`` in one micro-batch and in one micro-batch per commit
-(``maxFilesPerTrigger=1``). Transitions (ids included) and the final state tables must be equal row for row.
+runs from a fresh checkpoint with ``availableNow``, one micro-batch per commit (``maxFilesPerTrigger=1``),
+restarted on its checkpoint. Every derived table must be equal row for row. (``tests/e2e/test_differential.py``
+runs it on the scenarios too, in one micro-batch and in chunks.)
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from typing import Any
 import pytest
 
 from engine.rebuild import rebuild
-from engine.stateful import start_stateful_fold
+from engine.stateful import start_stateful_query
 from lakehouse import Lake
 from simulator import payloads as zc
-from tests.conftest import assert_same_tables
+from tests.conftest import DERIVED, assert_same_tables
 from tests.history import History
 
 pytestmark = pytest.mark.spark
 
-COMPARED = ("partition_transitions", "replica_transitions", "partition_state", "replica_state")
+COMPARED = DERIVED
 BROKERS = (1, 2, 3, 4, 5)
 TOPICS = 4
 PARTITIONS = 60  # per topic: 240 partitions
@@ -89,33 +90,25 @@ def reference(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Lake:
     return lake
 
 
-def test_one_micro_batch_equals_the_in_process_engine(spark: Any, tmp_path: Path, reference: Lake) -> None:
-    lake = _lake(tmp_path / "lake", _history())
-    q = start_stateful_fold(spark, lake, tmp_path / "ckpt", buckets=4, available_now=True)
-    q.awaitTermination()
-    assert len([p for p in q.recentProgress if int(p["numInputRows"])]) == 1
-    assert_same_tables(lake, reference, COMPARED)
-    states = {r["state"] for r in lake.read_arrow("partition_state").to_pylist()}
-    assert {"OnlinePartition", "OfflinePartition", "NonExistentPartition"} <= states  # the history reached them
-    assert reference.row_count("partition_transitions") > 500
-
-
 def test_micro_batches_and_restarts_equal_the_in_process_engine(spark: Any, tmp_path: Path, reference: Lake) -> None:
     """One micro-batch per bronze commit (``maxFilesPerTrigger=1``); the query restarted on its checkpoint with
     nothing new writes nothing, and run again on new commits continues from its checkpointed state."""
     commits = _history()
     lake = _lake(tmp_path / "lake", commits[:2])
     ckpt = tmp_path / "ckpt"
-    first = start_stateful_fold(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
+    first = start_stateful_query(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
     first.awaitTermination()
     assert len([p for p in first.recentProgress if int(p["numInputRows"])]) == 2
     versions = {t: lake.version(t) for t in COMPARED}
-    again = start_stateful_fold(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
+    again = start_stateful_query(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
     again.awaitTermination()
     assert {t: lake.version(t) for t in COMPARED} == versions  # no batch, no commit
     for i, rows in enumerate(commits[2:], start=3):
         lake.append("znode_events", rows, writer_id="t", batch_seq=i)
-    last = start_stateful_fold(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
+    last = start_stateful_query(spark, lake, ckpt, buckets=4, available_now=True, max_files_per_trigger=1)
     last.awaitTermination()
     assert len([p for p in last.recentProgress if int(p["numInputRows"])]) == len(commits) - 2
     assert_same_tables(lake, reference, COMPARED)
+    states = {r["state"] for r in lake.read_arrow("partition_state").to_pylist()}
+    assert {"OnlinePartition", "OfflinePartition", "NonExistentPartition"} <= states  # the history reached them
+    assert reference.row_count("partition_transitions") > 500

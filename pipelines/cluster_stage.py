@@ -1,0 +1,154 @@
+"""A cluster's stage in the streaming query: the cluster-wide work of one micro-batch (Arrow only; no Spark).
+
+The partition buckets (``pipelines.bucket_fold``) fold their own keys. What is about the cluster as a whole runs
+once per cluster, keyed by (cluster, ``CLUSTER_STAGE``): it receives the cluster's events without a partition,
+every logged controller decision, the collectors' gap rows, the txnlog's delivered zxid range and the decode
+quarantine, and carries (``ClusterState``) the timeline events, the controller terms seen in the logs, the
+resignation marks and the txnlog range. These are few rows: elections, broker changes, controller terms.
+
+It writes the partition-less ``metadata_events`` and the quarantine, the whole ``controller_tenure`` of its
+cluster (ZooKeeper terms and logged terms), and the cluster-wide anomalies: those the timeline replay finds
+(triggered by this batch's events), collection gaps, split brain from the logged terms, a resigned controller
+still registered, and the checks of decisions about no single partition. The same rules as the in-process
+engine (``engine.increment``), from the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakehouse.spark_schema import spark_arrow_schema
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    CONTROLLER_TENURE,
+    DECODE_QUARANTINE,
+    METADATA_EVENTS,
+)
+from pipelines import detectors as D
+from pipelines.bucket_fold import GLOBAL_COLUMNS, RECENT_IDS, first_seen, ipc_bytes, ipc_table
+from pipelines.controller import (
+    DEFAULT_NO_CONTROLLER_THRESHOLD,
+    GLOBAL_TYPES,
+    covered_gap,
+    merge_log_terms,
+    no_active_controller,
+    replay,
+    resign_marks,
+)
+
+
+class StreamPart(StrEnum):
+    """What a packed row of the streaming query's input holds (one table of that kind)."""
+
+    EVENTS = "events"  # routed metadata events (pipelines.bucket_fold.route)
+    DECISIONS = "decisions"  # routed controller decisions (pipelines.bucket_fold.route_decisions)
+    QUARANTINE = "quarantine"  # decode quarantine rows
+    GAPS = "gaps"  # bronze rows reporting missed versions (detectors.GAP_COLUMNS)
+    TXNLOG = "txnlog"  # one row: the lowest and highest zxid of the txnlog rows read (TXNLOG_RANGE)
+
+
+TXNLOG_RANGE = pa.schema([pa.field("lo", pa.int64()), pa.field("hi", pa.int64())])
+RESIGN_MARKS = pa.schema([pa.field("controller_id", pa.int32()), pa.field("event_id", pa.string()),
+                          pa.field("ts", pa.timestamp("us", tz="UTC")),
+                          pa.field("next_activity", pa.timestamp("us", tz="UTC"))])
+"""``pipelines.controller.resign_marks`` as a table (what the stage carries)."""
+
+
+@dataclass
+class ClusterState:
+    """What a cluster's stage carries between micro-batches (all small)."""
+
+    global_events: pa.Table  # GLOBAL_COLUMNS of the timeline events so far
+    log_terms: pa.Table  # controller_tenure rows with source 'logs'
+    resigns: pa.Table  # RESIGN_MARKS
+    txnlog: pa.Table  # TXNLOG_RANGE: 0 rows (no txnlog row yet) or 1
+    recent_ids: pa.Table  # RECENT_IDS: the newest metadata event ids the stage has written
+
+    @classmethod
+    def empty(cls, global_schema: pa.Schema) -> ClusterState:
+        return cls(global_schema.empty_table(), spark_arrow_schema(CONTROLLER_TENURE).empty_table(),
+                   RESIGN_MARKS.empty_table(), TXNLOG_RANGE.empty_table(), RECENT_IDS.empty_table())
+
+    def to_bytes(self) -> tuple[bytes, ...]:
+        return tuple(ipc_bytes(t) for t in (self.global_events, self.log_terms, self.resigns, self.txnlog,
+                                            self.recent_ids))
+
+    @classmethod
+    def from_bytes(cls, blobs: Sequence[bytes]) -> ClusterState:
+        gl, terms, resigns, txn, recent = (ipc_table(b) for b in blobs)
+        return cls(gl, terms, resigns, txn, recent)
+
+    @property
+    def txnlog_range(self) -> tuple[int | None, int | None]:
+        if self.txnlog.num_rows == 0:
+            return None, None
+        return self.txnlog["lo"][0].as_py(), self.txnlog["hi"][0].as_py()
+
+
+def txnlog_range_row(lo: int | None, hi: int | None) -> pa.Table:
+    """The TXNLOG part of a task (no row when it read no txnlog row)."""
+    return TXNLOG_RANGE.empty_table() if lo is None or hi is None else pa.table({"lo": [lo], "hi": [hi]}, TXNLOG_RANGE)
+
+
+def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.Table],
+                 no_controller_threshold: timedelta = DEFAULT_NO_CONTROLLER_THRESHOLD
+                 ) -> tuple[dict[str, pa.Table], ClusterState]:
+    """One cluster's micro-batch: (its rows of each output table by table name, its next state)."""
+    events = parts.get(StreamPart.EVENTS)
+    decisions = parts.get(StreamPart.DECISIONS)
+    recent = state.recent_ids
+    if events is not None:
+        events, recent = first_seen(events, recent)
+    out: dict[str, pa.Table] = {}
+    if events is not None:
+        out[METADATA_EVENTS.name] = events.select(list(METADATA_EVENTS.column_names))
+    if StreamPart.QUARANTINE in parts:
+        out[DECODE_QUARANTINE.name] = parts[StreamPart.QUARANTINE].select(list(DECODE_QUARANTINE.column_names))
+
+    txn_range = _widened(state.txnlog_range, parts.get(StreamPart.TXNLOG))
+    batch = (events.filter(pc.is_in(events["type"], pa.array(GLOBAL_TYPES))).select(list(GLOBAL_COLUMNS))
+             .cast(state.global_events.schema) if events is not None else state.global_events.slice(0, 0))
+    batch_ids = set(batch["event_id"].to_pylist())
+    history = state.global_events.filter(pc.invert(pc.is_in(state.global_events["event_id"],
+                                                            pa.array(sorted(batch_ids), pa.string()))))
+    timeline_events = history.to_pylist() + batch.to_pylist()
+    timeline = replay(cluster, timeline_events, no_controller_threshold)
+
+    found = [D.anomaly_rows([a for a in timeline.anomalies
+                             if a["_trigger"] in batch_ids and not covered_gap(a, txn_range)])]
+    if StreamPart.GAPS in parts:
+        found.append(D.detect_collection_gaps(parts[StreamPart.GAPS], txn_range))
+    log_terms, resigns = state.log_terms, state.resigns
+    if decisions is not None and decisions.num_rows:
+        decisions = decisions.select(list(CONTROLLER_DECISIONS.column_names))
+        log_terms = merge_log_terms(state.log_terms, decisions, cluster)
+        marks = resign_marks(decisions, state.resigns.to_pylist())
+        resigns = pa.Table.from_pylist(marks, RESIGN_MARKS)
+        partless = decisions.filter(pc.invert(pc.and_(pc.is_valid(decisions["topic"]),
+                                                      pc.is_valid(decisions["partition"]))))
+        found += [D.decision_anomalies(partless, D.ZK_WRITE_SCHEMA.empty_table()), D.detect_split_brain(log_terms)]
+    found.append(D.anomaly_rows(no_active_controller(cluster, resigns.to_pylist(), timeline.tenure,
+                                                     timeline_events, no_controller_threshold)))
+    out[ANOMALIES.name] = D.concat(found)
+    zk_terms = pa.Table.from_pylist(timeline.tenure, spark_arrow_schema(CONTROLLER_TENURE))
+    out[CONTROLLER_TENURE.name] = pa.concat_tables([zk_terms, log_terms.cast(zk_terms.schema)])
+    lo, hi = txn_range
+    after = ClusterState(pa.concat_tables([history, batch]), log_terms, resigns, txnlog_range_row(lo, hi), recent)
+    return out, after
+
+
+def _widened(carried: tuple[int | None, int | None], batch: pa.Table | None) -> tuple[int | None, int | None]:
+    """The carried txnlog range widened by this batch's tasks' ranges."""
+    if batch is None or batch.num_rows == 0:
+        return carried
+    los = [v for v in (carried[0], pc.min(batch["lo"]).as_py()) if v is not None]
+    his = [v for v in (carried[1], pc.max(batch["hi"]).as_py()) if v is not None]
+    return min(los, default=None), max(his, default=None)
+

@@ -1,0 +1,55 @@
+"""A cluster's stage of the stateful query (``pipelines.cluster_stage``): what it carries between micro-batches."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from models.anomalies import AnomalyKind
+from models.events import Source
+from pipelines import bucket_fold
+from pipelines.bucket_fold import RECENT_IDS, first_seen
+from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step, txnlog_range_row
+from pipelines.detectors import GAP_COLUMNS
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _gap(zxid: int, source: Source = Source.WATCH) -> pa.Table:
+    row = {"cluster": "c", "zxid": zxid, "path": "/brokers/topics/t/partitions/0/state", "missed_versions": 2,
+           "source": str(source), "observed_at": T0, "event_id": f"gap-{zxid}"}
+    return pa.Table.from_pylist([row]).select(list(GAP_COLUMNS))
+
+
+def _empty_state() -> ClusterState:
+    return ClusterState.empty(pa.schema([pa.field(c, pa.string() if c in ("cluster", "path", "event_id", "type",
+                                                                         "detail") else pa.int64())
+                                         for c in bucket_fold.GLOBAL_COLUMNS if c != "event_time"]
+                                        + [pa.field("event_time", pa.timestamp("us", tz="UTC"))]))
+
+
+def test_a_watch_gap_inside_the_txnlog_range_of_an_earlier_batch_is_not_an_anomaly() -> None:
+    _, state = cluster_step("c", _empty_state(), {StreamPart.TXNLOG: txnlog_range_row(100, 200)})
+    assert state.txnlog_range == (100, 200)
+    state = ClusterState.from_bytes(state.to_bytes())  # as Spark's state store gives it back
+    covered, state = cluster_step("c", state, {StreamPart.GAPS: _gap(150)})
+    outside, _ = cluster_step("c", state, {StreamPart.GAPS: _gap(250)})
+    assert covered["anomalies"].num_rows == 0
+    assert outside["anomalies"]["kind"].to_pylist() == [str(AnomalyKind.COLLECTION_GAP)]
+
+
+def test_a_change_seen_twice_is_kept_once_across_batches() -> None:
+    batch = pa.table({"zxid": pa.array([5, 5, 6], pa.int64()), "event_id": ["a", "a", "b"]})
+    kept, recent = first_seen(batch, RECENT_IDS.empty_table())
+    assert kept["event_id"].to_pylist() == ["a", "b"]
+    later, _ = first_seen(pa.table({"zxid": pa.array([5, 7], pa.int64()), "event_id": ["a", "c"]}), recent)
+    assert later["event_id"].to_pylist() == ["c"]  # the other collector's copy, a batch later
+
+
+def test_the_remembered_ids_are_bounded_to_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bucket_fold, "RECENT_IDS_PER_KEY", 3)
+    _, recent = first_seen(pa.table({"zxid": pa.array(range(10), pa.int64()), "event_id": [f"e{i}" for i in range(10)]}),
+                           RECENT_IDS.empty_table())
+    assert sorted(recent["zxid"].to_pylist()) == [7, 8, 9]
