@@ -7,7 +7,7 @@ quarantine, and carries (``ClusterState``) the timeline events, the controller t
 resignation marks and the txnlog range. These are few rows: elections, broker changes, controller terms.
 
 It writes the partition-less ``metadata_events`` and the quarantine, the whole ``controller_tenure`` of its
-cluster (ZooKeeper terms and logged terms), and the cluster-wide anomalies: those the timeline replay finds
+cluster (ZooKeeper terms and logged terms) when a batch may have changed it, and the cluster-wide anomalies: those the timeline replay finds
 (triggered by this batch's events), collection gaps, split brain from the logged terms, a resigned controller
 still registered, and the checks of decisions about no single partition. The same rules as the in-process
 engine (``engine.increment``), from the same functions.
@@ -137,8 +137,9 @@ def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.T
     found.append(D.anomaly_rows(no_active_controller(cluster, resigns.to_pylist(), timeline.tenure,
                                                      timeline_events, no_controller_threshold)))
     out[ANOMALIES.name] = D.concat(found)
-    zk_terms = pa.Table.from_pylist(timeline.tenure, spark_arrow_schema(CONTROLLER_TENURE))
-    out[CONTROLLER_TENURE.name] = pa.concat_tables([zk_terms, log_terms.cast(zk_terms.schema)])
+    if batch.num_rows or (decisions is not None and decisions.num_rows):  # else the terms cannot have changed
+        zk_terms = pa.Table.from_pylist(timeline.tenure, spark_arrow_schema(CONTROLLER_TENURE))
+        out[CONTROLLER_TENURE.name] = pa.concat_tables([zk_terms, log_terms.cast(zk_terms.schema)])
     lo, hi = txn_range
     after = ClusterState(pa.concat_tables([history, batch]), log_terms, resigns, txnlog_range_row(lo, hi), recent)
     return out, after
