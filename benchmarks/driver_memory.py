@@ -1,10 +1,12 @@
 """Driver memory against history length: the peak RSS of `zkledger rebuild` over 1 M, 10 M and 30 M events.
 
     python -m benchmarks.driver_memory [--events 1000000 10000000 30000000] [--partitions 200000]
+                                       [--engine in-process|stateful]
 
 Each size is its own lake: `zkledger simulate --offline` writes the history (the same 200,000 partitions for
 every size, so only the length of the history differs), then `zkledger rebuild` runs in a process of its own,
-as users run it, with the shipped settings. The peak resident set of that process and of its JVM (the driver's
+as users run it, with the shipped settings and ``--engine`` (results in ``driver_memory.json``, or
+``driver_memory_stateful.json`` for the stateful engine). The peak resident set of that process and of its JVM (the driver's
 and, in `local[*]`, the executors') is read from the kernel's high-water mark (VmHWM) while they run. The
 baseline is the smallest size's peak, measured in the same run; flat means every larger size stays within
 ±25% of it.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Timer, base_parser, machine, ratio, run_main, scratch
+from conf.settings import PipelineEngine
 from models.tables import ZNODE_EVENTS
 
 log = logging.getLogger(__name__)
@@ -61,12 +64,12 @@ def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "zkledger.cli", *args], stdout=out, stderr=subprocess.STDOUT)
 
 
-def rebuild_peak(lake_dir: Path, log_to: Path) -> dict[str, Any]:
+def rebuild_peak(lake_dir: Path, log_to: Path, engine: str) -> dict[str, Any]:
     """`zkledger rebuild` of ``lake_dir`` in its own process: wall time and peak RSS (Python, JVM)."""
     peaks = {"python_mib": 0.0, "jvm_mib": 0.0}
     stop = threading.Event()
     start = time.perf_counter()
-    proc = _cli("--lake", str(lake_dir), "--cluster", "bench", "rebuild", log_to=log_to)
+    proc = _cli("--lake", str(lake_dir), "--cluster", "bench", "rebuild", "--engine", engine, log_to=log_to)
     watcher = threading.Thread(target=_watch_peaks, args=(proc.pid, peaks, stop), daemon=True)
     watcher.start()
     rc = proc.wait()
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if gen.wait() != 0:
                     raise SystemExit(f"simulate --offline failed; see {work / 'simulate.log'}")
             bronze = Lake(lake_dir, cluster="bench").row_count(ZNODE_EVENTS.name)
-            peak = rebuild_peak(lake_dir, work / f"rebuild-{events}.log")
+            peak = rebuild_peak(lake_dir, work / f"rebuild-{events}.log", args.engine)
             runs.append({"events": events, "bronze_rows": bronze, **peak})
             log.info("rebuild of %s events: %s", f"{events:,}", peak)
             if not args.keep:  # the 30 M-event lake alone takes gigabytes
@@ -101,14 +104,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for r in runs:
         r["vs_baseline"] = ratio(r["peak_mib"], base["peak_mib"])
     flat = all(abs(r["peak_mib"] / base["peak_mib"] - 1) <= FLAT_WITHIN for r in runs)
-    summary = [f"zkledger rebuild, {args.partitions:,} partitions, shipped settings; peak RSS of the rebuild process "
+    summary = [f"zkledger rebuild --engine {args.engine}, {args.partitions:,} partitions, shipped settings; peak RSS of the rebuild process "
                f"(Python + its JVM) by history length, baseline = the {base['events']:,}-event run"]
     summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python {r['python_peak_mib']:,}, JVM "
                 f"{r['jvm_peak_mib']:,}), {r['vs_baseline']}x the baseline; rebuild {r['wall_s']:.0f} s "
                 f"({r['events'] / r['wall_s']:,.0f} events/s incl. process and session start)" for r in runs]
     summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")
     return {"benchmark": NAME, "machine": machine(), "params": {"events": sorted(args.events),
-                                                              "partitions": args.partitions},
+                                                              "partitions": args.partitions, "engine": args.engine},
             "wall_s": t.wall, "runs": runs, "flat_within": FLAT_WITHIN, "flat": flat, "summary": summary}
 
 
@@ -117,11 +120,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000, 30_000_000],
                    help="history lengths to rebuild (default 1 M, 10 M, 30 M); the smallest is the baseline")
     p.add_argument("--partitions", type=int, default=200_000, help="partitions in every history (default 200,000)")
+    p.add_argument("--engine", choices=tuple(PipelineEngine), default=str(PipelineEngine.IN_PROCESS),
+                   help="what runs the rebuild (default in-process)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(NAME, parser(), run, argv)
+    args = parser().parse_args(argv)
+    name = NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
+    return run_main(name, parser(), run, argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A fleet in one lake: 20 clusters x 10,000 partitions against 1 cluster x 200,000, through the stateful fold.
+"""A fleet in one lake: 20 clusters x 10,000 partitions against 1 cluster x 200,000, through the stateful query.
 
     python -m benchmarks.fleet [--clusters 20] [--partitions 10000]
 
@@ -32,7 +32,7 @@ RESULT_PREFIX = "fleet-result: "
 def one_layout(work: Path, clusters: int, partitions: int, buckets: int) -> dict[str, Any]:
     """One layout's storm, folded by the stateful query in this process (a fresh session)."""
     from benchmarks.common import build_session
-    from benchmarks.stateful_fold import _jvm_hwm_mib, _python_peak_mib, stateful
+    from benchmarks.stateful_query import _jvm_hwm_mib, _python_peak_mib, stateful
     from benchmarks.storm import write_storm
     from lakehouse import Lake
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch(args) as work:
         fleet = _child(work / "fleet", args.clusters, args.partitions, args.buckets)
         single = _child(work / "single", 1, args.clusters * args.partitions, args.buckets)
-    summary = [f"stateful fold with Delta writes, {args.buckets} buckets per cluster, failover storm (RF 3)"]
+    summary = [f"stateful query with Delta writes, {args.buckets} buckets per cluster, failover storm (RF 3)"]
     for name, r in (("fleet", fleet), ("one cluster", single)):
         summary.append(f"  {name}: {r['clusters']} x {r['partitions_per_cluster']:,} partitions, {r['events']:,} "
                        f"events in {r['wall_s']:.1f} s = {r['events_per_s']:,} events/s; driver peak RSS Python "

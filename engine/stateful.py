@@ -82,7 +82,7 @@ from pipelines.bucket_fold import (
     route,
     route_decisions,
 )
-from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step, txnlog_range_row
+from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
 from pipelines.decode import decode_table, split_decoded
 from pipelines.detectors import GAP_COLUMNS
 
@@ -162,13 +162,11 @@ class _DecodeRoute:
         meta, quarantine = split_decoded(decode_table(bronze))
         gaps = bronze.filter(pc.fill_null(pc.greater(bronze["missed_versions"], 0), False)).select(list(GAP_COLUMNS))
         txn = bronze.filter(pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False))
-        ranges = [_at_stage(txnlog_range_row(*(v.as_py() for v in pc.min_max(part["zxid"]).values()))
-                            .append_column("cluster", pa.array([c], pa.string())))
-                  for c in pc.unique(txn["cluster"]).to_pylist()
-                  for part in (txn.filter(pc.equal(txn["cluster"], c)),)]
+        ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
+        ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
         for rows, part in ((route(meta.cast(_META_ARROW), self.buckets), StreamPart.EVENTS),
                            (_at_stage(quarantine), StreamPart.QUARANTINE), (_at_stage(gaps), StreamPart.GAPS),
-                           *((r, StreamPart.TXNLOG) for r in ranges)):
+                           (_at_stage(ranges), StreamPart.TXNLOG)):
             packed = _packed(rows, part)
             if packed is not None:
                 yield packed
@@ -327,6 +325,9 @@ class PipelineBatchWriter:
         if last is not None and last >= batch_id:
             log.info("%s: batch %s/%d already committed, skipped", table, self.writer_id, batch_id)
             return
+        if last is None and lake.row_count(table) == 0:  # a rebuild's first batch: nothing to merge with
+            write_batch(rows, lake, table, self.writer_id, batch_id)
+            return
         spark = rows.sparkSession
         path = lake.table_path(table)
         source = rows.withColumn("_del", F.lit(False))
@@ -361,13 +362,14 @@ class PipelineBatchWriter:
 def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
                          kafka_version: str = DEFAULT_KAFKA_VERSION, writer_id: str | None = None,
                          available_now: bool = False, processing_time: str | None = None,
-                         max_files_per_trigger: int | None = None,
+                         max_files_per_trigger: int | None = None, max_bytes_per_trigger: str | None = None,
                          publish: Callable[[list[dict[str, Any]]], object] | None = None) -> StreamingQuery:
     """Start the pipeline over ``lake``'s bronze streams, writing every derived table.
 
     ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
     else ``processing_time`` (e.g. ``"1 second"``) for a monitor. ``buckets`` must stay the same for a
-    checkpoint. ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
+    checkpoint. ``max_files_per_trigger``/``max_bytes_per_trigger`` cap a micro-batch (Delta's admission
+    control). ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
     the driver with each batch's new anomalies once they are committed.
     """
     writer_id = writer_id or checkpoint_writer(checkpoint)
@@ -375,7 +377,8 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     if available_now == (processing_time is not None):
         raise ValueError("give available_now or processing_time, one of them")
-    bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger)
+    bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger,
+                                      max_bytes_per_trigger=max_bytes_per_trigger)
                          for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
     writer = (stateful_stream(bronze, decisions, buckets, kafka_version).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(PipelineBatchWriter(lake, writer_id, publish)))
@@ -403,13 +406,20 @@ def stateful_checkpoint(checkpoint_root: str | None, lake_root: str) -> str:
     return os.path.join(checkpoint_root or os.path.join(lake_root, "_checkpoints"), "stateful")
 
 
+ALL_FILES = 2**31 - 1
+"""``maxFilesPerTrigger`` for no cap (Delta's default is 1,000 files)."""
+
+
 def stateful_rebuild(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
-                     kafka_version: str = DEFAULT_KAFKA_VERSION,
-                     max_files_per_trigger: int | None = None) -> dict[str, int]:
+                     kafka_version: str = DEFAULT_KAFKA_VERSION, max_files_per_trigger: int = ALL_FILES,
+                     max_bytes_per_trigger: str | None = None) -> dict[str, int]:
     """Every derived table from all bronze history: the query from a fresh ``checkpoint`` with ``availableNow``.
 
     The old checkpoint goes and every derived table is emptied first; a monitor on the same checkpoint then
-    continues where the rebuild ended. Returns each derived table's row count.
+    continues where the rebuild ended. Returns each derived table's row count. Uncapped (the default), the
+    history is one micro-batch, so every logged decision is checked against every write ZooKeeper held, as the
+    in-process rebuild does; the executors hold it, the driver does not. A cap splits it into micro-batches
+    that continue from each other's state, and a decision then meets the writes of its batch and before.
     """
     shutil.rmtree(checkpoint, ignore_errors=True)
     writer = checkpoint_writer(checkpoint)
@@ -417,6 +427,7 @@ def stateful_rebuild(spark: SparkSession, lake: Lake, checkpoint: str | Path, *,
         if lake.exists(spec.name):
             lake.overwrite(spec.name, spark_arrow_schema(spec).empty_table(), writer_id=f"{writer}-reset", batch_seq=0)
     query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
-                                 available_now=True, max_files_per_trigger=max_files_per_trigger)
+                                 available_now=True, max_files_per_trigger=max_files_per_trigger,
+                                 max_bytes_per_trigger=max_bytes_per_trigger)
     query.awaitTermination()
     return {spec.name: lake.row_count(spec.name) if lake.exists(spec.name) else 0 for spec in DERIVED}

@@ -27,8 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = build_spark(settings, "zkledger-rebuild")
     if PipelineEngine(args.engine or settings.pipeline.engine) is PipelineEngine.STATEFUL:
         counts = stateful_rebuild(spark, lake, stateful_checkpoint(settings.streaming.checkpoint_root, settings.lake.root),
-                                  buckets=settings.pipeline.buckets,
-                                  max_files_per_trigger=settings.streaming.max_files_per_trigger)
+                                  buckets=settings.pipeline.buckets)
     else:
         counts = rebuild(spark, lake, settings.pipeline.local_max_rows, settings.pipeline.rebuild_chunk_rows)
     log.info("rebuilt: %s", counts)

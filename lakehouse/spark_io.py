@@ -75,6 +75,7 @@ def stream_table(
     *,
     after_version: int | None = None,
     max_files_per_trigger: int | None = None,
+    max_bytes_per_trigger: str | None = None,
 ) -> DataFrame:
     """Delta's streaming source over an append-only table: each committed row once, in commit order.
 
@@ -82,7 +83,7 @@ def stream_table(
     elsewhere, e.g. by a rebuild: Delta's ``startingVersion``); without it the first batch is the table as of
     the query's start. A checkpoint's offsets
     win over both, as in Spark. ``max_files_per_trigger`` caps one micro-batch (admission control; Delta's
-    default is 1,000 files). Compaction commits (``dataChange=false``) are
+    default is 1,000 files), ``max_bytes_per_trigger`` too (e.g. ``"256m"``; a soft cap: whole files). Compaction commits (``dataChange=false``) are
     skipped; a commit that deletes or rewrites rows stops the query (bronze tables are append-only).
     """
     lake.ensure(table)
@@ -91,6 +92,8 @@ def stream_table(
         reader = reader.option("startingVersion", str(after_version + 1))
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    if max_bytes_per_trigger is not None:
+        reader = reader.option("maxBytesPerTrigger", max_bytes_per_trigger)
     return reader.load(lake.table_path(table))
 
 

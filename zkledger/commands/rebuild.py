@@ -34,8 +34,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
 
         counts = stateful_rebuild(ctx.spark("zkledger-rebuild"), ctx.lake,
                                   stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
-                                  buckets=ctx.settings.pipeline.buckets,
-                                  max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger)
+                                  buckets=ctx.settings.pipeline.buckets)
     else:
         from engine.rebuild import rebuild
 

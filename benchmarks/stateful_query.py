@@ -1,6 +1,6 @@
 """The stateful streaming query (``engine.stateful``) vs a plain per-partition transformWithStateInPandas, one storm.
 
-    python -m benchmarks.stateful_fold [--partitions 200000] [--baseline-partitions 20000] [--buckets 32]
+    python -m benchmarks.stateful_query [--partitions 200000] [--baseline-partitions 20000] [--buckets 32]
 
 Input: ``benchmarks.storm`` (a legal failover storm, RF 3: the preamble and every partition's first state in one
 bronze commit, then a controller failover and a leader move with an ISR shrink for every partition in the next).
@@ -43,7 +43,7 @@ from models.tables import (
 
 log = logging.getLogger(__name__)
 
-NAME = "stateful_fold"
+NAME = "stateful_query"
 
 
 def _jvm_hwm_mib(spark: Any) -> float | None:
@@ -60,7 +60,7 @@ def _python_peak_mib() -> float:
 
 
 def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -> dict[str, Any]:
-    """The stateful fold over the whole storm: ``sink`` "delta" (the query's own writes) or "noop"."""
+    """The stateful query over the whole storm: ``sink`` "delta" (the query's own writes) or "noop"."""
     from engine.stateful import start_stateful_query, stateful_stream
     from lakehouse.spark_io import stream_table
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             slice_lake = lake if sub == args.partitions else Lake(work / "slice", cluster="bench")
             slice_events = events if sub == args.partitions else write_storm(slice_lake, sub)
         with t.phase("spark_start"):
-            spark = build_session("bench-stateful-fold", args.shuffle_partitions)
+            spark = build_session("bench-stateful-query", args.shuffle_partitions)
         with t.phase("warm_up"):  # each query's first run starts Python workers and loads classes: not measured
             small = Lake(work / "warm", cluster="bench")
             write_storm(small, 100)
@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = [
         f"storm: {args.partitions:,} partitions (RF 3), {events:,} bronze events, {args.buckets} buckets, "
         f"shuffle partitions {spark_partitions(args)}",
-        f"stateful fold + Delta writes (transitions appended, state MERGEd): {full['wall_s']:.1f} s = "
+        f"stateful query + Delta writes (every derived table): {full['wall_s']:.1f} s = "
         f"{rates['delta']:,.0f} events/s",
-        f"stateful fold, noop sink: {noop['wall_s']:.1f} s = {rates['noop']:,.0f} events/s",
+        f"stateful query, noop sink: {noop['wall_s']:.1f} s = {rates['noop']:,.0f} events/s",
         f"same input for the ratio: a storm of {sub:,} partitions ({slice_events:,} events): stateful "
         f"{same['delta']:,.0f} events/s with Delta writes, {same['noop']:,.0f} noop; naive per-partition "
         f"transformWithStateInPandas, noop sink: {base['wall_s']:.1f} s = {same['naive']:,.0f} events/s "
@@ -160,11 +160,11 @@ def spark_partitions(args: argparse.Namespace) -> str:
 def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
     p.add_argument("--partitions", type=int, default=200_000,
-                   help="partitions in the storm the stateful fold's throughput is measured on (default 200,000)")
+                   help="partitions in the storm the stateful query's throughput is measured on (default 200,000)")
     p.add_argument("--baseline-partitions", type=int, default=20_000,
                    help="the naive processor and the ratio run on a storm of this many partitions (default 20,000; "
-                        "the stateful fold runs on it too)")
-    p.add_argument("--buckets", type=int, default=32, help="key buckets of the stateful fold (default 32)")
+                        "the stateful query runs on it too)")
+    p.add_argument("--buckets", type=int, default=32, help="key buckets per cluster of the stateful query (default 32)")
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
     return p
 
