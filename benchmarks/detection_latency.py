@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
+from conf.settings import PipelineEngine
 from models.anomalies import AnomalyKind
 from models.tables import ANOMALIES, ZNODE_EVENTS
 
@@ -157,7 +158,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 collect = ["collect", "zk", "--zk", zk.hosts, "--chroot", "/"]
             procs.append(_cli(lake_dir, *collect, log_to=work / "collect.log"))
-            procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log"))
+            procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", "--engine", args.engine,
+                              log_to=work / "monitor.log"))
             time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
             lake = Lake(lake_dir, cluster="bench")
             seen_at: dict[int, float] = {}
@@ -188,7 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     p50 = float(np.percentile(lat, 50)) if lat else None
     p95 = float(np.percentile(lat, 95)) if lat else None
     summary = [f"{args.rate:,} writes/s for {args.duration:.0f} s over {args.partitions:,} partitions, "
-               f"{len(zombie_times)} zombie writes, monitor trigger 1 s, poll {args.poll}s",
+               f"{len(zombie_times)} zombie writes, monitor --engine {args.engine} trigger 1 s, poll {args.poll}s",
                f"{args.collector} collector: {collected['bronze_rows']:,} bronze rows for {sent:,} writes "
                f"({collected['missed_versions']:,} versions reported missed: one-shot watches coalesce); "
                f"zombie writes in bronze: {collected['zombies_in_bronze']}/{len(zombie_times)}",
@@ -211,11 +213,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--collector", choices=("watch", "txnlog"), default="txnlog",
                    help="`collect txnlog --follow` (ZooKeeper's transaction log, lossless; default) or `collect zk` "
                         "(live watches; lossy under load, reports what it missed)")
+    p.add_argument("--engine", choices=tuple(PipelineEngine), default=str(PipelineEngine.IN_PROCESS),
+                   help="what runs the monitor (default in-process; results of stateful go to "
+                        "detection_latency_stateful.json)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(NAME, parser(), run, argv)
+    args = parser().parse_args(argv)
+    name = NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
+    return run_main(name, parser(), run, argv)
 
 
 if __name__ == "__main__":

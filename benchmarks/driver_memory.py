@@ -6,10 +6,11 @@
 Each size is its own lake: `zkledger simulate --offline` writes the history (the same 200,000 partitions for
 every size, so only the length of the history differs), then `zkledger rebuild` runs in a process of its own,
 as users run it, with the shipped settings and ``--engine`` (results in ``driver_memory.json``, or
-``driver_memory_stateful.json`` for the stateful engine). The peak resident set of that process and of its JVM (the driver's
-and, in `local[*]`, the executors') is read from the kernel's high-water mark (VmHWM) while they run. The
-baseline is the smallest size's peak, measured in the same run; flat means every larger size stays within
-±25% of it.
+``driver_memory_stateful.json`` for the stateful engine). The peak resident set of that process (the Python
+driver) and of its descendants (its JVM, which in `local[*]` is the driver's and the executors', and the
+executors' Python workers: the sum of their high-water marks, an upper bound) is read from the kernel's
+high-water mark (VmHWM) while they run. The baseline is the smallest size's peak, measured in the same run;
+flat means every larger size stays within ±25% of it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _watch_peaks(pid: int, peaks: dict[str, float], stop: threading.Event) -> None:
-    """Keep the highest VmHWM (MiB) seen of the process and of its descendants (its JVM) until ``stop``."""
+    """Keep the highest VmHWM (MiB) seen of the process and of its descendants (its JVM and the Python workers)
+    until ``stop``."""
     while not stop.wait(0.5):
         peaks["python_mib"] = max(peaks["python_mib"], _status_kb(pid, "VmHWM") / 1024)
         jvm = sum(_status_kb(c, "VmHWM") for c in _children(pid)) / 1024
@@ -105,8 +107,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         r["vs_baseline"] = ratio(r["peak_mib"], base["peak_mib"])
     flat = all(abs(r["peak_mib"] / base["peak_mib"] - 1) <= FLAT_WITHIN for r in runs)
     summary = [f"zkledger rebuild --engine {args.engine}, {args.partitions:,} partitions, shipped settings; peak RSS of the rebuild process "
-               f"(Python + its JVM) by history length, baseline = the {base['events']:,}-event run"]
-    summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python {r['python_peak_mib']:,}, JVM "
+               f"(Python driver + its JVM and Python workers) by history length, baseline = the {base['events']:,}-event run"]
+    summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python driver {r['python_peak_mib']:,}, JVM and workers "
                 f"{r['jvm_peak_mib']:,}), {r['vs_baseline']}x the baseline; rebuild {r['wall_s']:.0f} s "
                 f"({r['events'] / r['wall_s']:,.0f} events/s incl. process and session start)" for r in runs]
     summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")

@@ -204,9 +204,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     controller_anoms = [*no_active_controller(cluster, resigns, timeline.tenure, history + global_rows,
                                               no_controller_threshold),
                         *zk_split_brain(cluster, zombies, timeline.tenure)]
-    anomalies_t = _dedupe(pa.concat_tables([_arrow_of(global_anoms, ANOMALIES.name),
-                                            found_t.cast(_arrow_schema(ANOMALIES.name)),
-                                            _arrow_of(controller_anoms, ANOMALIES.name)]))
+    anomalies_t = _dedupe(D.concat([D.anomaly_rows(global_anoms), found_t, D.anomaly_rows(controller_anoms)]))
     if carried.known_anomaly_ids:  # ids are deterministic: one committed by an earlier increment is not new
         anomalies_t = anomalies_t.filter(pc.invert(pc.is_in(anomalies_t["anomaly_id"],
                                                             pa.array(sorted(carried.known_anomaly_ids), pa.string()))))
