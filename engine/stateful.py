@@ -53,6 +53,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from engine.increment import META_SEQ
 from lakehouse.spark_io import stream_table, write_batch
 from lakehouse.spark_schema import spark_arrow_schema, spark_schema
 from models.events import Source
@@ -76,6 +77,7 @@ from pipelines.bucket_fold import (
     EMIT_COLUMN,
     GLOBAL_COLUMNS,
     BucketState,
+    at_stage,
     bucket_step,
     ipc_bytes,
     ipc_table,
@@ -106,8 +108,6 @@ BUCKET_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("partiti
                                                                         "global_events", "zk_writes", "recent_ids")])
 CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
                                                                          "txnlog", "recent_ids")])
-META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])
-"""A decoded metadata event as the fold reads it (``_seq``: its order within its zxid)."""
 DERIVED: tuple[TableSpec, ...] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
                                   REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
 """Every table the query writes."""
@@ -143,10 +143,6 @@ def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
                                       schema=_PACKED_IN_ARROW)
 
 
-def _at_stage(rows: pa.Table) -> pa.Table:
-    return rows.append_column(BUCKET_COLUMN, pa.array(np.full(rows.num_rows, CLUSTER_STAGE, np.int32)))
-
-
 class _DecodeRoute:
     """``mapInArrow`` on bronze ``znode_events``: the task's rows decoded at once (dedupe sees them together) and
     routed; quarantine, gap rows and the txnlog range to each cluster's stage."""
@@ -165,8 +161,8 @@ class _DecodeRoute:
         ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
         ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
         for rows, part in ((route(meta.cast(_META_ARROW), self.buckets), StreamPart.EVENTS),
-                           (_at_stage(quarantine), StreamPart.QUARANTINE), (_at_stage(gaps), StreamPart.GAPS),
-                           (_at_stage(ranges), StreamPart.TXNLOG)):
+                           (at_stage(quarantine), StreamPart.QUARANTINE), (at_stage(gaps), StreamPart.GAPS),
+                           (at_stage(ranges), StreamPart.TXNLOG)):
             packed = _packed(rows, part)
             if packed is not None:
                 yield packed

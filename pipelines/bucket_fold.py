@@ -79,8 +79,7 @@ def route(meta: pa.Table, buckets: int) -> pa.Table:
     own = meta.filter(has_partition)
     own = own.append_column(BUCKET_COLUMN, pa.array(bucket_of(own["topic"], own["partition"], buckets), pa.int32()))
     partless = meta.filter(pc.invert(has_partition))
-    stage = partless.append_column(BUCKET_COLUMN, pa.array(np.full(partless.num_rows, CLUSTER_STAGE, np.int32)))
-    parts = [_emitting(own, True), _emitting(stage, True)]
+    parts = [_emitting(own, True), _emitting(at_stage(partless), True)]
     broadcast = pc.is_in(partless["type"], pa.array(BROADCAST_TYPES))
     every = partless.filter(broadcast)
     if every.num_rows:
@@ -95,6 +94,11 @@ def route(meta: pa.Table, buckets: int) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+def at_stage(rows: pa.Table) -> pa.Table:
+    """``rows`` with a ``bucket`` column sending each to its cluster's stage."""
+    return rows.append_column(BUCKET_COLUMN, pa.array(np.full(rows.num_rows, CLUSTER_STAGE, np.int32)))
+
+
 def _emitting(rows: pa.Table, emit: bool) -> pa.Table:
     return rows.append_column(EMIT_COLUMN, pa.array(np.full(rows.num_rows, emit)))
 
@@ -105,8 +109,7 @@ def route_decisions(decisions: pa.Table, buckets: int) -> pa.Table:
     against the writes ZooKeeper held)."""
     keyed = decisions.filter(pc.and_(pc.is_valid(decisions["topic"]), pc.is_valid(decisions["partition"])))
     own = keyed.append_column(BUCKET_COLUMN, pa.array(bucket_of(keyed["topic"], keyed["partition"], buckets), pa.int32()))
-    stage = decisions.append_column(BUCKET_COLUMN, pa.array(np.full(decisions.num_rows, CLUSTER_STAGE, np.int32)))
-    return pa.concat_tables([own, stage])
+    return pa.concat_tables([own, at_stage(decisions)])
 
 
 @dataclass

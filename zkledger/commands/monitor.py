@@ -63,12 +63,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
                           local_max_rows=ctx.settings.pipeline.local_max_rows,
                           max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
                           maintain_every_s=3600 * maintain_hours)
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    finally:
-        alerter.close()
+    _until_stopped(query, alerter)
     return f"monitor stopped: {alerter.count} anomalies published"
 
 
@@ -81,12 +76,17 @@ def _run_stateful(args: argparse.Namespace, ctx: Any, alerter: Any) -> str:
         stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root), buckets=ctx.settings.pipeline.buckets,
         available_now=args.available_now, processing_time=None if args.available_now else f"{trigger} seconds",
         max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger, publish=alerter.publish)
+    _until_stopped(query, alerter)
+    if args.available_now:
+        return f"monitor caught up and stopped: {alerter.count} anomalies published"
+    return f"monitor stopped: {alerter.count} anomalies published"
+
+
+def _until_stopped(query: Any, alerter: Any) -> None:
+    """Wait for the streaming query (Ctrl-C stops it), then let the alerter deliver what it holds."""
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
     finally:
         alerter.close()
-    if args.available_now:
-        return f"monitor caught up and stopped: {alerter.count} anomalies published"
-    return f"monitor stopped: {alerter.count} anomalies published"
