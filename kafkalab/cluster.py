@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -301,14 +302,24 @@ class KafkaCluster:
         return {int(c) for c in self.zk_children("/brokers/ids")}
 
     def wait_registered(self, broker_id: int) -> None:
+        """Registered in ZooKeeper and accepting connections: a broker registers before it opens its listener,
+        so a client told about it by the metadata could otherwise be refused."""
         broker = self.brokers[broker_id]
 
         def up() -> bool:
             if not broker.running:
                 raise UserError(f"broker {broker_id} exited during start-up: {self.failure_reason(broker_id)}")
-            return broker_id in self.registered()
+            return broker_id in self.registered() and self.accepts_connections(broker_id)
 
-        self.wait_for(up, f"broker {broker_id} to register", self.start_timeout_s)
+        self.wait_for(up, f"broker {broker_id} to register and listen", self.start_timeout_s)
+
+    def accepts_connections(self, broker_id: int) -> bool:
+        broker = self.brokers[broker_id]
+        try:
+            with socket.create_connection((HOST, broker.port), timeout=1.0):
+                return True
+        except OSError:
+            return False
 
     def wait_for(self, check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
