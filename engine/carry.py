@@ -28,6 +28,7 @@ from models.tables import (
     REPLICA_STATE,
     ZNODE_EVENTS,
 )
+from pipelines import detectors as D
 from pipelines.controller import GLOBAL_TYPES, RESIGN_COLUMNS, resign_marks
 from pipelines.detectors import distinct_writes
 
@@ -90,6 +91,22 @@ def complete_versions(lake: Lake) -> dict[str, int | None]:
     return versions
 
 
+def pending_decisions(lake: Lake, version: int | None) -> tuple[int | None, pa.Table]:
+    """(the latest ZooKeeper event time of ``metadata_events`` at ``version``, the logged decisions not settled by
+    it): what a monitor continues from. Decisions not streamed yet may be among them; their findings are
+    deterministic, so one found twice is kept once."""
+    import pyarrow.dataset as ds
+
+    zk_time = D.zk_time_seen(lake.scan(METADATA_EVENTS.name, ["event_time"], version=version), None)
+    where = None
+    if zk_time is not None:  # only the last DECISION_SETTLE of the logs can still be waiting
+        horizon = zk_time - int(D.DECISION_SETTLE.total_seconds() * 1_000_000)
+        where = ds.field("ts") > pa.scalar(horizon, pa.timestamp("us", tz="UTC"))
+    _, pending = D.settle_decisions(D.PENDING_DECISIONS.empty_table(), lake.scan(CONTROLLER_DECISIONS.name, where=where),
+                                    zk_time)
+    return zk_time, pending
+
+
 class MonitorCarry:
     """The monitor's carried state: read from the lake once at start, then advanced in memory per batch.
 
@@ -126,6 +143,7 @@ class MonitorCarry:
             known_anomaly_ids=set(lake.scan(ANOMALIES.name, ["anomaly_id"], version=at[ANOMALIES.name])["anomaly_id"].to_pylist()),
             resigns=resign_marks(lake.scan(CONTROLLER_DECISIONS.name, list(RESIGN_COLUMNS))),
         )
+        self.carried.zk_time, self.carried.pending_decisions = pending_decisions(lake, at[METADATA_EVENTS.name])
         top = pc.max(lake.scan(METADATA_EVENTS.name, ["zxid"], version=at[METADATA_EVENTS.name])["zxid"]).as_py()
         self.recent = RecentIds(floor=None if top is None else top + 1)
         self.last_batch: int | None = None  # the last micro-batch this process committed
@@ -167,5 +185,6 @@ class MonitorCarry:
         c.txnlog_min_zxid, c.txnlog_max_zxid = widened_txnlog_range(c, lo, hi)
         c.known_anomaly_ids = (c.known_anomaly_ids or set()) | set(out[ANOMALIES.name]["anomaly_id"].to_pylist())
         c.resigns = out.resigns
+        c.pending_decisions, c.zk_time = out.pending_decisions, out.zk_time
         c.empty = False
         self.recent.add(meta["zxid"], meta["event_id"])

@@ -90,6 +90,8 @@ class Carried:
     empty: bool = False
     known_anomaly_ids: set[str] | None = None  # ids already committed in anomalies: not found again
     resigns: list[dict[str, Any]] | None = None  # controller.resign_marks of the committed decisions
+    pending_decisions: pa.Table | None = None  # logged decisions not yet settled (detectors.settle_decisions)
+    zk_time: int | None = None  # the latest ZooKeeper event time seen, in microseconds (detectors.zk_time_seen)
 
 
 @dataclass
@@ -99,6 +101,8 @@ class Outputs:
     tables: dict[str, pa.Table]
     txnlog_bounds: tuple[int | None, int | None] = (None, None)  # this increment's txnlog zxid range
     resigns: list[dict[str, Any]] = field(default_factory=list)  # what the next increment carries as resigns
+    pending_decisions: pa.Table = field(default_factory=lambda: D.PENDING_DECISIONS.empty_table())
+    zk_time: int | None = None
 
     def __getitem__(self, table: str) -> pa.Table:
         return self.tables[table]
@@ -186,16 +190,21 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
                     if a["_trigger"] in increment_ids and not covered_gap(a, txn_range)]
     parts = [D.detect_illegal_transitions(pt_t, rt_t), D.write_anomalies(writes_t),
              D.detect_collection_gaps(_gap_rows(znode_events), txn_range)]
-    if dec_t.num_rows:
+    zk_time = D.zk_time_seen(meta_t, carried.zk_time)
+    pending = carried.pending_decisions if carried.pending_decisions is not None else D.PENDING_DECISIONS.empty_table()
+    settled, pending = D.settle_decisions(pending, dec_t, zk_time)
+    if settled.num_rows:
         zk_writes = writes_t.select(list(ZK_WRITE_COLUMNS))
-        if carried.zk_writes is not None:  # only the partitions the logs speak about
-            logged = dec_t.select(["topic", "partition"]).drop_null()
+        if carried.zk_writes is not None:  # only the partitions the settled decisions speak about
+            logged = settled.select(["topic", "partition"]).drop_null()
             keys = carried.zk_writes.join(logged.group_by(["topic", "partition"]).aggregate([]), ["topic", "partition"],
                                           join_type="left semi")
             zk_writes = pa.concat_tables([zk_writes, keys.select(list(ZK_WRITE_COLUMNS)).cast(zk_writes.schema)])
+        parts.append(D.detect_decision_zk_divergence(settled, zk_writes))
+    if dec_t.num_rows:
         carried_split = set(D.detect_split_brain(carried.log_terms)["anomaly_id"].to_pylist())
         split = D.detect_split_brain(log_terms_t)
-        parts += [D.decision_anomalies(dec_t, zk_writes, kafka_version),
+        parts += [D.decision_anomalies(dec_t, kafka_version),
                   split.filter(pc.invert(pc.is_in(split["anomaly_id"], pa.array(sorted(carried_split), pa.string()))))]
     found_t = D.concat(parts)
     # controller findings on the driver: resignations vs the whole zk timeline, zombie writes vs zk terms
@@ -213,7 +222,7 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
         METADATA_EVENTS.name: meta_t.select(list(METADATA_EVENTS.column_names)), DECODE_QUARANTINE.name: quarantine_t,
         PARTITION_TRANSITIONS.name: pt_t, REPLICA_TRANSITIONS.name: rt_t, ANOMALIES.name: anomalies_t,
         CONTROLLER_TENURE.name: tenure_t, PARTITION_STATE.name: ps_t, REPLICA_STATE.name: rs_t,
-    }, (txn_lo, txn_hi), resigns)
+    }, (txn_lo, txn_hi), resigns, pending, zk_time)
 
 
 META_SEQ = T.StructType([*spark_schema(METADATA_EVENTS, nullable=True).fields, T.StructField("_seq", T.IntegerType())])

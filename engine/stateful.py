@@ -10,7 +10,8 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    (``CLUSTER_STAGE``) and, when it may change partitions (an election, a broker change, a topic deletion),
    as a fold-only copy to every bucket of its cluster. Decisions go to the stage, and those about one
    partition to its bucket too (``route_decisions``). The quarantine, the gap rows and the txnlog's zxid range
-   go to the stage. Each task's rows of one (cluster, bucket) and kind (``StreamPart``) become one row holding
+   go to the stage; each cluster's latest ZooKeeper event time to all its buckets (``zk_times``: by it a
+   bucket settles the decisions it checks against ZooKeeper, ``detectors.settle_decisions``). Each task's rows of one (cluster, bucket) and kind (``StreamPart``) become one row holding
    them as Arrow IPC bytes, so neither the JVM nor the operator (pandas is its only Python interface) handles
    events one by one;
 2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``PipelineProcessor``: Python runs once per key
@@ -50,6 +51,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
@@ -83,6 +85,7 @@ from pipelines.bucket_fold import (
     ipc_table,
     route,
     route_decisions,
+    zk_times,
 )
 from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
 from pipelines.decode import decode_table, split_decoded
@@ -104,8 +107,8 @@ PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructFiel
 PACKED_OUT = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                            T.StructField(TABLE_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
 """The operator's output: one key's rows of one output table, as one Arrow IPC stream."""
-BUCKET_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("partition_state", "replica_state",
-                                                                        "global_events", "zk_writes", "recent_ids")])
+BUCKET_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in (
+    "partition_state", "replica_state", "global_events", "zk_writes", "recent_ids", "pending_decisions", "zk_time")])
 CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
                                                                          "txnlog", "recent_ids")])
 DERIVED: tuple[TableSpec, ...] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
@@ -161,6 +164,7 @@ class _DecodeRoute:
         ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
         ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
         for rows, part in ((route(meta.cast(_META_ARROW), self.buckets), StreamPart.EVENTS),
+                           (zk_times(meta, self.buckets), StreamPart.ZK_TIME),
                            (at_stage(quarantine), StreamPart.QUARANTINE), (at_stage(gaps), StreamPart.GAPS),
                            (at_stage(ranges), StreamPart.TXNLOG)):
             packed = _packed(rows, part)
@@ -240,7 +244,8 @@ class PipelineProcessor(StatefulProcessor):
             stored = self.bucket_state.get() if self.bucket_state.exists() else None
             state = BucketState.from_bytes(tuple(stored)) if stored else BucketState.empty(_META_ARROW)
             events = parts.get(StreamPart.EVENTS, _META_ARROW.append(pa.field(EMIT_COLUMN, pa.bool_())).empty_table())
-            out, state = bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), self.kafka_version)
+            out, state = bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), self.kafka_version,
+                                     parts.get(StreamPart.ZK_TIME))
             self.bucket_state.update(state.to_bytes())
         tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
         if tables:
@@ -379,7 +384,34 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     writer = (stateful_stream(bronze, decisions, buckets, kafka_version).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(PipelineBatchWriter(lake, writer_id, publish)))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
-    return writer.start()
+    query = writer.start()
+    spark.streams.addListener(ProgressLog(str(query.id)))
+    return query
+
+
+class ProgressLog(StreamingQueryListener):
+    """Each micro-batch of one query as one INFO line: rows in, and where its time went (Spark's own phases)."""
+
+    def __init__(self, query_id: str) -> None:
+        self.query_id = query_id
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if str(progress.id) != self.query_id:
+            return
+        phases = ", ".join(f"{k} {v / 1000:.1f} s" for k, v in sorted(progress.durationMs.items(), key=lambda kv: -kv[1])
+                           if k != "triggerExecution" and v >= 100)
+        log.info("stateful query batch %d done: %d rows in %.1f s (%s)", progress.batchId, progress.numInputRows,
+                 progress.durationMs.get("triggerExecution", 0) / 1000, phases)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
 
 
 WRITER_FILE = "zkledger-writer"

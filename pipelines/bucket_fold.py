@@ -123,20 +123,39 @@ class BucketState:
     global_events: pa.Table
     zk_writes: pa.Table
     recent_ids: pa.Table  # RECENT_IDS: the newest metadata event ids this key has written
+    pending_decisions: pa.Table  # detectors.PENDING_DECISIONS: its keys' decisions not settled yet
+    zk_time: pa.Table  # ZK_TIME less the cluster: the latest ZooKeeper event time of its cluster (0 or 1 row)
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
         return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
-                   _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table())
+                   _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table(),
+                   D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table())
 
     def to_bytes(self) -> tuple[bytes, ...]:
         return tuple(ipc_bytes(t) for t in (self.partition_state, self.replica_state, self.global_events,
-                                            self.zk_writes, self.recent_ids))
+                                            self.zk_writes, self.recent_ids, self.pending_decisions, self.zk_time))
 
     @classmethod
     def from_bytes(cls, blobs: Sequence[bytes]) -> BucketState:
-        ps, rs, gl, zk, recent = (ipc_table(b) for b in blobs)
-        return cls(ps, rs, gl, zk, recent)
+        return cls(*(ipc_table(b) for b in blobs))
+
+
+ZK_TIME = pa.schema([pa.field("cluster", pa.string()), pa.field("zk_time", pa.int64())])
+"""One row per cluster: the latest ZooKeeper event time (microseconds) of a task's decoded events."""
+_ZK_TIME_STATE = pa.schema([ZK_TIME.field("zk_time")])
+
+
+def zk_times(meta: pa.Table, buckets: int) -> pa.Table:
+    """``meta``'s latest ZooKeeper event time per cluster, with a ``bucket`` column sending it to every bucket of
+    the cluster: a bucket settles its decisions (``detectors.settle_decisions``) by the whole cluster's
+    ZooKeeper history, not only by its own keys' writes."""
+    timed = pa.table({"cluster": meta["cluster"], "zk_time": D.micros(meta["event_time"])}).filter(
+        pc.is_valid(pc.field("zk_time")))
+    top = timed.group_by("cluster").aggregate([("zk_time", "max")])
+    top = pa.table({"cluster": top["cluster"], "zk_time": top["zk_time_max"]}, schema=ZK_TIME)
+    rows = top.take(pa.array(np.repeat(np.arange(top.num_rows), buckets), pa.int64()))
+    return rows.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), top.num_rows)))
 
 
 RECENT_IDS = pa.schema([pa.field("zxid", pa.int64()), pa.field("event_id", pa.string())])
@@ -231,16 +250,17 @@ def fold_bucket(state: BucketState, rows: pa.Table,
     rs = merged_state(state.replica_state, fold[FoldRecord.REPLICA_STATE])
     writes = fold[FoldRecord.WRITE].select(list(ZK_WRITE_COLUMNS)).cast(ZK_WRITE_SCHEMA)
     zk = distinct_writes(pa.concat_tables([state.zk_writes, writes])) if writes.num_rows else state.zk_writes
-    return fold, BucketState(ps, rs, global_events, zk, state.recent_ids), timeline
+    return fold, replace(state, partition_state=ps, replica_state=rs, global_events=global_events, zk_writes=zk), timeline
 
 
 def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: pa.Table | None,
-                kafka_version: str) -> tuple[dict[str, pa.Table], BucketState]:
+                kafka_version: str, zk_time: pa.Table | None = None) -> tuple[dict[str, pa.Table], BucketState]:
     """One bucket's micro-batch in the streaming query: (its rows of each output table by table name, its next
     state).
 
     ``events``: the bucket's routed events (``route``: ``_seq`` and ``_emit`` besides ``metadata_events``'
-    columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None. Out: the
+    columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None; ``zk_time``:
+    its cluster's latest ZooKeeper event times this batch (``zk_times``), or None. Out: the
     ``metadata_events`` it writes, the transitions, its changed state rows, and the anomalies its keys show
     (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
     """
@@ -261,7 +281,15 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
         out.update({PARTITION_TRANSITIONS.name: pt, REPLICA_TRANSITIONS.name: rt,
                     PARTITION_STATE.name: fold[FoldRecord.PARTITION_STATE].select(list(PARTITION_STATE.column_names)),
                     REPLICA_STATE.name: fold[FoldRecord.REPLICA_STATE].select(list(REPLICA_STATE.column_names))})
-    if decisions is not None and decisions.num_rows:
-        found.append(D.decision_anomalies(decisions, state.zk_writes, kafka_version))
+    seen = [t.as_py() for t in (*state.zk_time["zk_time"], *(zk_time["zk_time"] if zk_time is not None else ()))]
+    latest = max(seen, default=None)
+    logged = decisions if decisions is not None else D.PENDING_DECISIONS.empty_table()
+    settled, pending = D.settle_decisions(state.pending_decisions, logged, latest)
+    if settled.num_rows:
+        found.append(D.detect_decision_zk_divergence(settled, state.zk_writes))
+    if logged.num_rows:
+        found.append(D.decision_anomalies(logged, kafka_version))
+    state = replace(state, pending_decisions=pending,
+                    zk_time=pa.table({"zk_time": pa.array([] if latest is None else [latest], pa.int64())}))
     out[ANOMALIES.name] = D.concat(found)
     return out, state

@@ -52,6 +52,7 @@ class StreamPart(StrEnum):
     QUARANTINE = "quarantine"  # decode quarantine rows
     GAPS = "gaps"  # bronze rows reporting missed versions (detectors.GAP_COLUMNS)
     TXNLOG = "txnlog"  # one row: the lowest and highest zxid of the txnlog rows read (TXNLOG_RANGE)
+    ZK_TIME = "zk_time"  # to every bucket: its cluster's latest ZooKeeper event time (pipelines.bucket_fold.zk_times)
 
 
 TXNLOG_RANGE = pa.schema([pa.field("lo", pa.int64()), pa.field("hi", pa.int64())])
@@ -133,7 +134,7 @@ def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.T
         resigns = pa.Table.from_pylist(marks, RESIGN_MARKS)
         partless = decisions.filter(pc.invert(pc.and_(pc.is_valid(decisions["topic"]),
                                                       pc.is_valid(decisions["partition"]))))
-        found += [D.decision_anomalies(partless, D.ZK_WRITE_SCHEMA.empty_table()), D.detect_split_brain(log_terms)]
+        found += [D.decision_anomalies(partless), D.detect_split_brain(log_terms)]
     found.append(D.anomaly_rows(no_active_controller(cluster, resigns.to_pylist(), timeline.tenure,
                                                      timeline_events, no_controller_threshold)))
     out[ANOMALIES.name] = D.concat(found)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -23,7 +24,7 @@ from models.anomalies import SEVERITY, AnomalyKind, SplitBrainReason
 from models.decisions import FAILURE_KINDS, DecisionKind
 from models.ids import event_id
 from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
-from models.tables import ANOMALIES
+from models.tables import ANOMALIES, CONTROLLER_DECISIONS
 from pipelines.arrow_ids import event_ids
 from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
 from pipelines.parallel import parallel_map
@@ -242,14 +243,52 @@ def distinct_writes(writes: pa.Table) -> pa.Table:
 def detect_decision_zk_divergence(d: pa.Table, zk_writes: pa.Table) -> pa.Table:
     """The controller logged t-p -> OnlinePartition with leader L / epoch E, but ZK never held (L, E).
 
-    ``zk_writes`` holds every known state write (topic, partition, leader, leader_epoch): the increment's and
-    the committed history's.
+    ``d``: settled decisions (``settle_decisions``); ``zk_writes`` holds every known state write (topic,
+    partition, leader, leader_epoch) of their partitions.
     """
-    logged = pc.and_kleene(pc.and_kleene(pc.equal(d["kind"], str(DecisionKind.PARTITION_TRANSITION)),
-                                         pc.equal(d["to_state"], "OnlinePartition")),
-                           pc.and_(pc.is_valid(d["leader"]), pc.is_valid(d["leader_epoch"])))
     seen = pc.fill_null(pc.is_in(_write_keys(d), pc.unique(_write_keys(zk_writes)).drop_null()), False)
-    return _decisions(d, pc.and_kleene(logged, pc.invert(seen)), K.DECISION_ZK_DIVERGENCE)
+    return _decisions(d, pc.and_kleene(_zk_checked(d), pc.invert(seen)), K.DECISION_ZK_DIVERGENCE)
+
+
+DECISION_SETTLE = timedelta(seconds=10)
+"""How far ZooKeeper's history must have run past a logged decision before the decision is compared with it.
+Kafka's controller writes ZooKeeper first and logs after, but the two reach the lake through different
+collectors, each committing about once a second: a decision can arrive before its write."""
+PENDING_DECISIONS = spark_arrow_schema(CONTROLLER_DECISIONS)
+"""The logged decisions waiting for ZooKeeper's history to settle (what a monitor carries)."""
+
+
+def _zk_checked(d: pa.Table) -> Mask:
+    """The decisions compared with ZooKeeper: a partition logged going online with a leader and epoch."""
+    return pc.and_kleene(pc.and_kleene(pc.equal(d["kind"], str(DecisionKind.PARTITION_TRANSITION)),
+                                       pc.equal(d["to_state"], "OnlinePartition")),
+                         pc.and_(pc.is_valid(d["leader"]), pc.is_valid(d["leader_epoch"])))
+
+
+def micros(times: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Timestamps (any unit, with or without zone: both mean UTC here) as int64 microseconds."""
+    return pc.cast(pc.cast(times, pa.timestamp("us", tz="UTC")), pa.int64())
+
+
+def zk_time_seen(meta: pa.Table, before: int | None) -> int | None:
+    """The latest ZooKeeper event time (microseconds) of ``meta`` (one cluster's decoded events) and ``before``."""
+    top = pc.max(micros(meta["event_time"])).as_py() if meta.num_rows else None
+    return max((t for t in (top, before) if t is not None), default=None)
+
+
+def settle_decisions(pending: pa.Table, decisions: pa.Table, zk_time: int | None) -> tuple[pa.Table, pa.Table]:
+    """(the decisions to compare with ZooKeeper now, those still waiting) of the carried ``pending`` and a
+    batch's ``decisions``: one is settled once ZooKeeper's history (``zk_time``, ``zk_time_seen``) has run
+    DECISION_SETTLE past it. A decision without a time is settled at once. Deterministic in the data, so
+    a rebuild and a monitor fed in any chunks settle the same decisions against the same writes."""
+    new = decisions.filter(_zk_checked(decisions)).select(PENDING_DECISIONS.names).cast(PENDING_DECISIONS)
+    waiting = pa.concat_tables([pending.select(PENDING_DECISIONS.names).cast(PENDING_DECISIONS), new])
+    if zk_time is None:
+        mask = pc.is_null(waiting["ts"])
+    else:
+        horizon = zk_time - int(DECISION_SETTLE.total_seconds() * 1_000_000)
+        mask = pc.fill_null(pc.less_equal(micros(waiting["ts"]), horizon), True)
+    return waiting.filter(mask), waiting.filter(pc.invert(mask))
 
 
 DECISION_DETECTORS: tuple[Callable[[pa.Table], pa.Table], ...] = (
@@ -319,8 +358,9 @@ def write_anomalies(writes: pa.Table) -> pa.Table:
     return concat(parallel_map(lambda det: det(writes), WRITE_DETECTORS))
 
 
-def decision_anomalies(decisions: pa.Table, zk_writes: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
+def decision_anomalies(decisions: pa.Table, kafka_version: str = DEFAULT_KAFKA_VERSION) -> pa.Table:
+    """The checks of logged decisions that need nothing but the logs (ZooKeeper's: ``settle_decisions``,
+    then ``detect_decision_zk_divergence``)."""
     return concat([*(det(decisions) for det in DECISION_DETECTORS),
-                   detect_illegal_logged_transitions(decisions, kafka_version),
-                   detect_decision_zk_divergence(decisions, zk_writes)])
+                   detect_illegal_logged_transitions(decisions, kafka_version)])
 

@@ -67,6 +67,17 @@ def time_chunks(tables: dict[str, pa.Table], chunks: int, seed: int | None = Non
     return out
 
 
+def decisions_ahead(chunks: list[Chunk]) -> list[Chunk]:
+    """``chunks`` with each chunk's controller decisions delivered one chunk early (the log collector ahead of
+    ZooKeeper's): a decision then arrives before the write it reports."""
+    def part(chunk: Chunk, name: str) -> list[tuple[str, pa.Table]]:
+        return [(n, t) for n, t in chunk if n == name]
+
+    later = [part(c, CONTROLLER_DECISIONS.name) for c in chunks[1:]] + [[]]
+    return [part(c, ZNODE_EVENTS.name) + ahead + (part(c, CONTROLLER_DECISIONS.name) if i == 0 else [])
+            for i, (c, ahead) in enumerate(zip(chunks, later, strict=True))]
+
+
 def feed(lake: Any, chunk: Sequence[tuple[str, pa.Table]], seq: int) -> None:
     """Append a chunk's non-empty tables to ``lake``, one commit per table, as the collectors would."""
     for table, rows in chunk:

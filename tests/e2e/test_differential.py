@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from engine.monitor import START_MARKER, drain_monitor
@@ -30,8 +31,18 @@ from engine.writes import MONITOR_WRITER, REBUILD_WRITER, WRITER_KEY
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
 from models.tables import ANOMALIES, CONTROLLER_DECISIONS, METADATA_EVENTS, PARTITION_STATE, ZNODE_EVENTS
+from pipelines.decode import decode_table, split_decoded
 from tests.conftest import assert_same_tables
-from tests.e2e.conftest import Chunk, bronze, feed, monitor_cmd, run_monitor, time_chunks, wait_for_batch
+from tests.e2e.conftest import (
+    Chunk,
+    bronze,
+    decisions_ahead,
+    feed,
+    monitor_cmd,
+    run_monitor,
+    time_chunks,
+    wait_for_batch,
+)
 from tests.history import split_brain_history, split_brain_log, zombie_offline_history
 
 pytestmark = pytest.mark.spark
@@ -158,6 +169,32 @@ def monitor_in_chunks(ctx: Ctx, chunks: int, seed: int | None = None, **kwargs: 
     return dst
 
 
+def monitor_decisions_ahead(ctx: Ctx, chunks: int) -> Lake:
+    """Each time chunk's log decisions a chunk before its znode rows: decisions arrive before the writes they
+    report (checked: some do), and wait until ZooKeeper's history settles rather than being found divergent."""
+    dst = ctx.lake()
+    steps = decisions_ahead(time_chunks(ctx.scenario.bronze, chunks))
+    assert early_decisions(steps)
+    for seq, chunk in enumerate(steps, start=1):
+        feed(dst, chunk, seq)
+        ctx.drain(dst)
+    ctx.assert_published_once()
+    return dst
+
+
+def early_decisions(steps: list[Chunk]) -> int:
+    """How many logged (leader, epoch) decisions arrive in a step before the first write of it."""
+    first: dict[tuple[Any, ...], int] = {}
+    for i, chunk in enumerate(steps):
+        for name, rows in chunk:
+            if name == Z:
+                for r in split_decoded(decode_table(rows))[0].filter(pc.is_valid(pc.field("leader_epoch"))).to_pylist():
+                    first.setdefault((r["topic"], r["partition"], r["leader"], r["leader_epoch"]), i)
+    return sum(1 for i, chunk in enumerate(steps) for name, rows in chunk if name == D
+               for r in rows.to_pylist() if r["leader_epoch"] is not None
+               and first.get((r["topic"], r["partition"], r["leader"], r["leader_epoch"]), -1) > i)
+
+
 def monitor_log_apart(ctx: Ctx, log_first: bool, cut: int) -> Lake:
     """The controller log in a micro-batch of its own, before or after the znode rows (cut at row ``cut``): each
     finding's evidence complete in one batch, and a later batch where it is found again."""
@@ -257,12 +294,16 @@ def monitor_killed_mid_stream(ctx: Ctx) -> Lake:
     return dst
 
 
-def stateful_query(ctx: Ctx, chunks: int = 1) -> Lake:
+def stateful_query(ctx: Ctx, chunks: int = 1, ahead: bool = False) -> Lake:
     """The Spark stateful query (``engine.stateful``) from a fresh checkpoint with ``availableNow``: the bronze
-    in one micro-batch, or fed in time chunks with the query restarted on its checkpoint after each."""
+    in one micro-batch, or fed in time chunks with the query restarted on its checkpoint after each (with
+    ``ahead``, each chunk's decisions a chunk early)."""
     dst = ctx.lake()
-    for seq, chunk in enumerate(time_chunks(ctx.scenario.bronze, chunks) if chunks > 1
-                                else [list(ctx.scenario.bronze.items())], start=1):
+    steps = time_chunks(ctx.scenario.bronze, chunks) if chunks > 1 else [list(ctx.scenario.bronze.items())]
+    if ahead:
+        steps = decisions_ahead(steps)
+        assert early_decisions(steps)
+    for seq, chunk in enumerate(steps, start=1):
         feed(dst, chunk, seq)
         query = start_stateful_query(ctx.spark, dst, ctx.tmp_path / "stateful-checkpoint", buckets=4,
                                      available_now=True)
@@ -284,6 +325,7 @@ CHUNKS_THEN_SPARK = Way("rebuild-in-zxid-chunks-then-through-spark", rebuild_in_
 SPARK = Way("rebuild-through-spark", rebuild_through_spark)
 STATEFUL = Way("stateful-query", stateful_query)
 STATEFUL_CHUNKS = Way("stateful-query-in-3-chunks", stateful_query, {"chunks": 3})
+STATEFUL_AHEAD = Way("stateful-query-decisions-a-chunk-ahead", stateful_query, {"chunks": 3, "ahead": True})
 # the histories with the most kinds of rows take the rebuild's other paths
 REBUILT = ["zombie-controller-2.0", "topic-deletion-3.8", "reassignment-3.8", "failover-storm-3.8"]
 
@@ -300,6 +342,9 @@ CASES: list[tuple[str, Way]] = [
     ("split-brain", Way("monitor-log-first", monitor_log_apart, {"log_first": True, "cut": 14})),
     ("split-brain", Way("monitor-log-last", monitor_log_apart, {"log_first": False, "cut": 12})),
     ("zombie-controller-2.0-txnlog", Way("monitor-in-2-chunks", monitor_in_chunks, {"chunks": 2})),
+    # the log collector ahead of ZooKeeper's: a decision before its write is not found divergent
+    ("unclean-election-3.8", Way("monitor-decisions-a-chunk-ahead", monitor_decisions_ahead, {"chunks": 3})),
+    ("unclean-election-3.8", STATEFUL_AHEAD),
     ("unclean-election-3.8", Way("monitor-killed-mid-stream", monitor_killed_mid_stream)),
     ("unclean-election-3.8", Way("monitor-through-spark-in-3-chunks", monitor_in_chunks,
                                  {"chunks": 3, "local_max_rows": 0})),
