@@ -17,6 +17,7 @@ import pytest
 
 from engine.writes import MONITOR_WRITER
 from models.tables import CONTROLLER_DECISIONS, PARTITION_STATE, ZNODE_EVENTS
+from pipelines.decode import decode_table, split_decoded
 from tests.e2e.scenario_lakes import Run, play_all
 
 # the bronze tables a run of the pipeline reads
@@ -69,13 +70,34 @@ def time_chunks(tables: dict[str, pa.Table], chunks: int, seed: int | None = Non
 
 def decisions_ahead(chunks: list[Chunk]) -> list[Chunk]:
     """``chunks`` with each chunk's controller decisions delivered one chunk early (the log collector ahead of
-    ZooKeeper's): a decision then arrives before the write it reports."""
-    def part(chunk: Chunk, name: str) -> list[tuple[str, pa.Table]]:
-        return [(n, t) for n, t in chunk if n == name]
+    ZooKeeper's): a decision then arrives before the write it reports. The first chunk brings its own and the
+    second's."""
+    def rows(chunk: Chunk, name: str) -> list[pa.Table]:
+        return [t for n, t in chunk if n == name]
 
-    later = [part(c, CONTROLLER_DECISIONS.name) for c in chunks[1:]] + [[]]
-    return [part(c, ZNODE_EVENTS.name) + ahead + (part(c, CONTROLLER_DECISIONS.name) if i == 0 else [])
-            for i, (c, ahead) in enumerate(zip(chunks, later, strict=True))]
+    out: list[Chunk] = []
+    for i, chunk in enumerate(chunks):
+        logged = (rows(chunk, CONTROLLER_DECISIONS.name) if i == 0 else []) + \
+            (rows(chunks[i + 1], CONTROLLER_DECISIONS.name) if i + 1 < len(chunks) else [])
+        out.append([(ZNODE_EVENTS.name, t) for t in rows(chunk, ZNODE_EVENTS.name)]
+                   + ([(CONTROLLER_DECISIONS.name, pa.concat_tables(logged))] if logged else []))
+    for name in (ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name):  # nothing lost, nothing twice
+        assert sum(t.num_rows for c in out for n, t in c if n == name) == \
+            sum(t.num_rows for c in chunks for n, t in c if n == name), name
+    return out
+
+
+def early_decisions(steps: list[Chunk]) -> int:
+    """How many logged (leader, epoch) decisions arrive in a step before the first write of it."""
+    first: dict[tuple[Any, ...], int] = {}
+    for i, chunk in enumerate(steps):
+        for name, rows in chunk:
+            if name == ZNODE_EVENTS.name:
+                for r in split_decoded(decode_table(rows))[0].filter(pc.is_valid(pc.field("leader_epoch"))).to_pylist():
+                    first.setdefault((r["topic"], r["partition"], r["leader"], r["leader_epoch"]), i)
+    return sum(1 for i, chunk in enumerate(steps) for name, rows in chunk if name == CONTROLLER_DECISIONS.name
+               for r in rows.to_pylist() if r["leader_epoch"] is not None
+               and first.get((r["topic"], r["partition"], r["leader"], r["leader_epoch"]), -1) > i)
 
 
 def feed(lake: Any, chunk: Sequence[tuple[str, pa.Table]], seq: int) -> None:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from engine.monitor import START_MARKER, drain_monitor
@@ -31,12 +30,12 @@ from engine.writes import MONITOR_WRITER, REBUILD_WRITER, WRITER_KEY
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
 from models.tables import ANOMALIES, CONTROLLER_DECISIONS, METADATA_EVENTS, PARTITION_STATE, ZNODE_EVENTS
-from pipelines.decode import decode_table, split_decoded
 from tests.conftest import assert_same_tables
 from tests.e2e.conftest import (
     Chunk,
     bronze,
     decisions_ahead,
+    early_decisions,
     feed,
     monitor_cmd,
     run_monitor,
@@ -180,19 +179,6 @@ def monitor_decisions_ahead(ctx: Ctx, chunks: int) -> Lake:
         ctx.drain(dst)
     ctx.assert_published_once()
     return dst
-
-
-def early_decisions(steps: list[Chunk]) -> int:
-    """How many logged (leader, epoch) decisions arrive in a step before the first write of it."""
-    first: dict[tuple[Any, ...], int] = {}
-    for i, chunk in enumerate(steps):
-        for name, rows in chunk:
-            if name == Z:
-                for r in split_decoded(decode_table(rows))[0].filter(pc.is_valid(pc.field("leader_epoch"))).to_pylist():
-                    first.setdefault((r["topic"], r["partition"], r["leader"], r["leader_epoch"]), i)
-    return sum(1 for i, chunk in enumerate(steps) for name, rows in chunk if name == D
-               for r in rows.to_pylist() if r["leader_epoch"] is not None
-               and first.get((r["topic"], r["partition"], r["leader"], r["leader_epoch"]), -1) > i)
 
 
 def monitor_log_apart(ctx: Ctx, log_first: bool, cut: int) -> Lake:
