@@ -23,8 +23,8 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    Out: one packed row per (key, output table);
 3. the sink (``PipelineBatchWriter``, ``foreachBatch``) unpacks each table's rows on the executors
    (``unpacked``) and writes them through Delta's connector, each commit under the app transaction
-   ``(writer, batch id)`` so that a replayed batch is skipped: the anomalies first (new ids only), the append
-   tables, then ``controller_tenure``, ``replica_state`` and ``partition_state`` MERGEd on their keys. The
+   ``(writer, batch id)`` so that a replayed batch is skipped: the anomalies first and alone (new ids only,
+   published once committed), the append tables side by side, then ``controller_tenure``, ``replica_state`` and ``partition_state`` MERGEd on their keys. The
    driver plans and commits; it collects only the names of the tables a batch wrote.
 
 ``start_stateful_query`` starts it over a lake: ``available_now`` for a rebuild from a fresh checkpoint, a
@@ -277,9 +277,13 @@ class PipelineBatchWriter:
             # the operator runs here, once; what comes back is the names of the tables written (at most 8)
             written = {r[0] for r in records.select(TABLE_COLUMN).distinct().collect()}
             lap("query")
-            # the appends at once (Spark runs jobs from several driver threads side by side; each commit is
-            # its own, idempotent per batch id), then the MERGEs one by one (they share the session's txn conf)
-            appends = [spec for spec in (ANOMALIES, *APPEND_ORDER) if spec.name in written]
+            # the anomalies first, alone: what an alert waits for; then the other appends at once (Spark runs
+            # jobs from several driver threads side by side; each commit is its own, idempotent per batch id),
+            # then the MERGEs one by one (they share the session's txn conf)
+            if ANOMALIES.name in written:
+                self._append(records, ANOMALIES, batch_id)
+                lap("anomalies")
+            appends = [spec for spec in APPEND_ORDER if spec.name in written]
             with ThreadPoolExecutor(max_workers=len(appends) or 1, thread_name_prefix="stateful-sink") as pool:
                 for done in [pool.submit(self._append, records, spec, batch_id) for spec in appends]:
                     done.result()

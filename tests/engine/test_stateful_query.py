@@ -122,10 +122,12 @@ def test_the_cli_rebuilds_then_monitors_with_the_stateful_engine(tmp_path: Path,
 
     commits = _history()
     lake = _lake(tmp_path / "lake", commits[:2])
+    conf = tmp_path / "zkledger.toml"  # a small history: few buckets and shuffle partitions
+    conf.write_text("[pipeline]\nbuckets = 4\n\n[spark]\nshuffle_partitions = 2\n")
 
     def cli(*argv: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(lake.root), "--cluster", lake.cluster,
-                               *argv], capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-m", "zkledger.cli", "--conf", str(conf), "--lake", str(lake.root),
+                               "--cluster", lake.cluster, *argv], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.strip().splitlines()[-1]
 
