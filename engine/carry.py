@@ -100,8 +100,7 @@ def pending_decisions(lake: Lake, version: int | None) -> tuple[int | None, pa.T
     zk_time = D.zk_time_seen(lake.scan(METADATA_EVENTS.name, ["event_time"], version=version), None)
     where = None
     if zk_time is not None:  # only the last DECISION_SETTLE of the logs can still be waiting
-        horizon = zk_time - int(D.DECISION_SETTLE.total_seconds() * 1_000_000)
-        where = ds.field("ts") > pa.scalar(horizon, pa.timestamp("us", tz="UTC"))
+        where = ds.field("ts") > pa.scalar(D.settle_horizon(zk_time), pa.timestamp("us", tz="UTC"))
     _, pending = D.settle_decisions(D.PENDING_DECISIONS.empty_table(), lake.scan(CONTROLLER_DECISIONS.name, where=where),
                                     zk_time)
     return zk_time, pending

@@ -11,9 +11,9 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    as a fold-only copy to every bucket of its cluster. Decisions go to the stage, and those about one
    partition to its bucket too (``route_decisions``). The quarantine, the gap rows and the txnlog's zxid range
    go to the stage; each cluster's latest ZooKeeper event time to all its buckets (``zk_times``: by it a
-   bucket settles the decisions it checks against ZooKeeper, ``detectors.settle_decisions``). Each task's rows of one (cluster, bucket) and kind (``StreamPart``) become one row holding
-   them as Arrow IPC bytes, so neither the JVM nor the operator (pandas is its only Python interface) handles
-   events one by one;
+   bucket settles the decisions it checks against ZooKeeper, ``detectors.settle_decisions``). Each task's rows
+   of one (cluster, bucket) and kind (``StreamPart``) become one row holding them as Arrow IPC bytes, so
+   neither the JVM nor the operator (pandas is its only Python interface) handles events one by one;
 2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``PipelineProcessor``: Python runs once per key
    per micro-batch with the vectorised kernels inside. A bucket folds its keys
    (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and transitions' checks,
@@ -24,7 +24,8 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
 3. the sink (``PipelineBatchWriter``, ``foreachBatch``) unpacks each table's rows on the executors
    (``unpacked``) and writes them through Delta's connector, each commit under the app transaction
    ``(writer, batch id)`` so that a replayed batch is skipped: the anomalies first and alone (new ids only,
-   published once committed), the append tables side by side, then ``controller_tenure``, ``replica_state`` and ``partition_state`` MERGEd on their keys. The
+   published once committed), the append tables side by side, then ``controller_tenure``, ``replica_state``
+   and ``partition_state`` MERGEd on their keys. The
    driver plans and commits; it collects only the names of the tables a batch wrote.
 
 ``start_stateful_query`` starts it over a lake: ``available_now`` for a rebuild from a fresh checkpoint, a

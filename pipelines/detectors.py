@@ -276,6 +276,11 @@ def zk_time_seen(meta: pa.Table, before: int | None) -> int | None:
     return max((t for t in (top, before) if t is not None), default=None)
 
 
+def settle_horizon(zk_time: int) -> int:
+    """The latest decision time (microseconds) ZooKeeper's history up to ``zk_time`` settles."""
+    return zk_time - int(DECISION_SETTLE.total_seconds() * 1_000_000)
+
+
 def settle_decisions(pending: pa.Table, decisions: pa.Table, zk_time: int | None) -> tuple[pa.Table, pa.Table]:
     """(the decisions to compare with ZooKeeper now, those still waiting) of the carried ``pending`` and a
     batch's ``decisions``: one is settled once ZooKeeper's history (``zk_time``, ``zk_time_seen``) has run
@@ -286,8 +291,7 @@ def settle_decisions(pending: pa.Table, decisions: pa.Table, zk_time: int | None
     if zk_time is None:
         mask = pc.is_null(waiting["ts"])
     else:
-        horizon = zk_time - int(DECISION_SETTLE.total_seconds() * 1_000_000)
-        mask = pc.fill_null(pc.less_equal(micros(waiting["ts"]), horizon), True)
+        mask = pc.fill_null(pc.less_equal(micros(waiting["ts"]), settle_horizon(zk_time)), True)
     return waiting.filter(mask), waiting.filter(pc.invert(mask))
 
 
