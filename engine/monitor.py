@@ -17,17 +17,10 @@ from pyspark.sql import functions as F
 from engine.carry import MonitorCarry
 from engine.increment import DERIVED_TABLES, LOCAL_MAX_ROWS, STREAMED_TABLES, Outputs, run_increment
 from engine.monitor_start import MonitorStart, plan_monitor_start
+from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
 from engine.writes import MONITOR_WRITER, write_increment
 from lakehouse.spark_io import stream_table
-from models.tables import (
-    ANOMALIES,
-    CONTROLLER_DECISIONS,
-    METADATA_EVENTS,
-    PARTITION_TRANSITIONS,
-    QUALITY_RESULTS,
-    REPLICA_TRANSITIONS,
-    ZNODE_EVENTS,
-)
+from models.tables import CONTROLLER_DECISIONS, METADATA_EVENTS, ZNODE_EVENTS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +38,8 @@ log = logging.getLogger(__name__)
 MAX_FILES_PER_TRIGGER = 1000
 """Default of settings ``streaming.max_files_per_trigger``: Delta data files one micro-batch takes per table."""
 
+QUALITY_WRITER = "monitor-quality"
+"""The app-transaction id of the in-process monitor's quality_results appends."""
 START_MARKER = "monitor-start"
 """App id of the empty commit that gives Delta's source a version to start at right after a rebuild's."""
 
@@ -82,23 +77,10 @@ def _source_rows(batch: pa.Table, tag: str, columns: Sequence[str]) -> pa.Table:
     return batch.filter(pc.equal(batch["_src"], tag)).select(list(columns))
 
 
-QUALITY_EACH_BATCH_TABLES = (METADATA_EVENTS.name, PARTITION_TRANSITIONS.name, REPLICA_TRANSITIONS.name, ANOMALIES.name)
-
-
 def check_batch(spark: SparkSession, lake: Lake, out: Outputs, batch_id: int) -> None:
-    """The quality suites over one micro-batch's new rows (GX on a batch, persist=False); results are stored.
-
-    A failing suite is logged and recorded in quality_results; it does not stop the stream.
-    """
-    from zkledger.quality import result_rows, run_quality_on_batch
-
-    frames = {t: spark.createDataFrame(out[t]) for t in QUALITY_EACH_BATCH_TABLES if out[t].num_rows}
-    if not frames:
-        return
-    report = run_quality_on_batch(spark, frames)
-    lake.append(QUALITY_RESULTS.name, result_rows(report), writer_id="monitor-quality", batch_seq=batch_id)
-    for suite in report.suites:
-        (log.info if suite.success else log.warning)("batch %d: %s", batch_id, suite.line())
+    """The quality suites over one micro-batch's new rows (``engine.upkeep.check_batch_rows``)."""
+    frames = {t.name: spark.createDataFrame(out[t.name]) for t in QUALITY_EACH_BATCH_TABLES if out[t.name].num_rows}
+    check_batch_rows(spark, lake, frames, QUALITY_WRITER, batch_id)
 
 
 def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
@@ -136,27 +118,6 @@ def monitor_batch(spark: SparkSession, lake: Lake, df: DataFrame, batch_id: int,
     log.info("micro-batch %d: %d metadata events, %d anomalies, %s, %.2f s", batch_id, out[METADATA_EVENTS.name].num_rows,
              len(rows), "in process" if isinstance(znodes, pa.Table) else "through Spark", time.monotonic() - began)
     return len(rows)
-
-
-class MaintenanceSchedule:
-    """``zkledger maintain`` between micro-batches, at most once every ``every_s`` seconds (0: never).
-
-    Between batches the monitor's own writes are idle; the collectors' appends go on, and a compaction that
-    loses a race with one is left for the next turn. VACUUM keeps what the monitor's checkpoint still needs.
-    """
-
-    def __init__(self, lake: Lake, checkpoint_dir: str, every_s: float) -> None:
-        self.lake, self.checkpoint_dir, self.every_s = lake, checkpoint_dir, every_s
-        self.due = time.monotonic() + every_s
-
-    def after_batch(self) -> None:
-        if self.every_s <= 0 or time.monotonic() < self.due:
-            return
-        from lakehouse.maintenance import maintain_tables
-
-        report = maintain_tables(self.lake, checkpoint_dirs=[self.checkpoint_dir])
-        log.info("scheduled maintenance: %s", report.summary())
-        self.due = time.monotonic() + self.every_s
 
 
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint_dir: str, *, trigger_seconds: float | None = None,

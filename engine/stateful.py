@@ -57,6 +57,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from engine.increment import META_SEQ
+from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
 from lakehouse.spark_io import stream_table, write_batch
 from lakehouse.spark_schema import spark_arrow_schema, spark_schema
 from models.events import Source
@@ -258,12 +259,21 @@ class PipelineProcessor(StatefulProcessor):
         pass
 
 
+def _one_per_id(found: DataFrame) -> DataFrame:
+    """One row per anomaly id: two keys can find one (a split brain's pair), kept at its lowest-zxid write."""
+    first = Window.partitionBy("anomaly_id").orderBy(F.col("zxid").asc_nulls_last(),
+                                                      F.element_at("evidence", -1).asc_nulls_last())
+    return found.withColumn("_n", F.row_number().over(first)).filter("_n = 1").drop("_n")
+
+
 class PipelineBatchWriter:
     """``foreachBatch`` sink: a micro-batch's tables into the lake, each once per batch id."""
 
     def __init__(self, lake: Lake, writer_id: str = STATEFUL_WRITER,
-                 publish: Callable[[list[dict[str, Any]]], object] | None = None) -> None:
+                 publish: Callable[[list[dict[str, Any]]], object] | None = None, quality: bool = False,
+                 maintenance: MaintenanceSchedule | None = None) -> None:
         self.lake, self.writer_id, self.publish = lake, writer_id, publish
+        self.quality, self.maintenance = quality, maintenance
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         records = records.persist()  # the packed rows: a few per key
@@ -294,10 +304,17 @@ class PipelineBatchWriter:
                     keys = TENURE_KEY if spec is CONTROLLER_TENURE else spec.key
                     self._merge(unpacked(records, spec), spec.name, keys, batch_id, scope)
                     lap(spec.name)
+            if self.quality:
+                frames = {spec.name: _one_per_id(unpacked(records, spec)) if spec is ANOMALIES else unpacked(records, spec)
+                          for spec in QUALITY_EACH_BATCH_TABLES if spec.name in written}
+                check_batch_rows(records.sparkSession, self.lake, frames, f"{self.writer_id}-quality", batch_id)
+                lap("quality")
         finally:
             records.unpersist()
         log.info("stateful query batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
                  ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+        if self.maintenance is not None:
+            self.maintenance.after_batch()
 
     def _append(self, records: DataFrame, spec: TableSpec, batch_id: int) -> None:
         if spec is not ANOMALIES:
@@ -312,14 +329,10 @@ class PipelineBatchWriter:
             new.unpersist()
 
     def _new_anomalies(self, found: DataFrame) -> DataFrame:
-        """One row per anomaly id (two keys can find one: a split brain's pair, at its lowest-zxid write), less
-        the ids already committed (ids are deterministic: a finding seen again is not new)."""
-        first = Window.partitionBy("anomaly_id").orderBy(F.col("zxid").asc_nulls_last(),
-                                                          F.element_at("evidence", -1).asc_nulls_last())
-        one = found.withColumn("_n", F.row_number().over(first)).filter("_n = 1").drop("_n")
+        """``_one_per_id`` less the ids already committed (ids are deterministic: a finding seen again is not new)."""
         self.lake.ensure(ANOMALIES.name)
         known = found.sparkSession.read.format("delta").load(self.lake.table_path(ANOMALIES.name)).select("anomaly_id")
-        return one.join(known, "anomaly_id", "left_anti")
+        return _one_per_id(found).join(known, "anomaly_id", "left_anti")
 
     def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int,
                scope: tuple[str, ...]) -> None:
@@ -369,14 +382,16 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
                          kafka_version: str = DEFAULT_KAFKA_VERSION, writer_id: str | None = None,
                          available_now: bool = False, processing_time: str | None = None,
                          max_files_per_trigger: int | None = None, max_bytes_per_trigger: str | None = None,
-                         publish: Callable[[list[dict[str, Any]]], object] | None = None) -> StreamingQuery:
+                         publish: Callable[[list[dict[str, Any]]], object] | None = None, quality: bool = False,
+                         maintain_every_s: float = 0.0) -> StreamingQuery:
     """Start the pipeline over ``lake``'s bronze streams, writing every derived table.
 
     ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
     else ``processing_time`` (e.g. ``"1 second"``) for a monitor. ``buckets`` must stay the same for a
     checkpoint. ``max_files_per_trigger``/``max_bytes_per_trigger`` cap a micro-batch (Delta's admission
     control). ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
-    the driver with each batch's new anomalies once they are committed.
+    the driver with each batch's new anomalies once they are committed. ``quality``: the quality suites on
+    each batch's new rows; ``maintain_every_s``: the lake's maintenance between batches this often (0: never).
     """
     writer_id = writer_id or checkpoint_writer(checkpoint)
     if buckets < 1:
@@ -386,8 +401,10 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger,
                                       max_bytes_per_trigger=max_bytes_per_trigger)
                          for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
+    sink = PipelineBatchWriter(lake, writer_id, publish, quality,
+                               MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
     writer = (stateful_stream(bronze, decisions, buckets, kafka_version).writeStream
-              .option("checkpointLocation", str(checkpoint)).foreachBatch(PipelineBatchWriter(lake, writer_id, publish)))
+              .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()
     spark.streams.addListener(ProgressLog(str(query.id)))

@@ -27,8 +27,7 @@ def register(subparsers: Any) -> None:
                              "(default: settings monitor.maintain_every_hours; 0 = off)")
     parser.add_argument("--engine", choices=tuple(PipelineEngine), default=None,
                         help="what runs it (default: settings pipeline.engine): in-process increments, or the Spark "
-                             "stateful streaming query (its own checkpoint; --quality and --maintain-every are "
-                             "in-process only)")
+                             "stateful streaming query (its own checkpoint)")
     parser.set_defaults(handler=run)
 
 
@@ -42,10 +41,14 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         alerter = AnomalyAlerter(url)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    if PipelineEngine(args.engine or ctx.settings.pipeline.engine) is PipelineEngine.STATEFUL:
-        return _run_stateful(args, ctx, alerter)
-    checkpoint = monitor_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
     quality = args.quality or ctx.settings.monitor.quality_each_batch
+    trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
+    maintain_hours = args.maintain_every if args.maintain_every is not None else ctx.settings.monitor.maintain_every_hours
+    if maintain_hours < 0:
+        raise UserError("--maintain-every must be >= 0 hours")
+    if PipelineEngine(args.engine or ctx.settings.pipeline.engine) is PipelineEngine.STATEFUL:
+        return _run_stateful(args, ctx, alerter, trigger, quality, 3600 * maintain_hours)
+    checkpoint = monitor_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
     if args.available_now:
         try:
             drain_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, publish=alerter.publish, quality=quality,
@@ -54,10 +57,6 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
         finally:
             alerter.close()
         return f"monitor caught up and stopped: {alerter.count} anomalies published"
-    trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
-    maintain_hours = args.maintain_every if args.maintain_every is not None else ctx.settings.monitor.maintain_every_hours
-    if maintain_hours < 0:
-        raise UserError("--maintain-every must be >= 0 hours")
     query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
                           publish=alerter.publish, quality=quality,
                           local_max_rows=ctx.settings.pipeline.local_max_rows,
@@ -67,15 +66,16 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     return f"monitor stopped: {alerter.count} anomalies published"
 
 
-def _run_stateful(args: argparse.Namespace, ctx: Any, alerter: Any) -> str:
+def _run_stateful(args: argparse.Namespace, ctx: Any, alerter: Any, trigger: float, quality: bool,
+                   maintain_every_s: float) -> str:
     from engine.stateful import start_stateful_query, stateful_checkpoint
 
-    trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
     query = start_stateful_query(
         ctx.spark("zkledger-monitor"), ctx.lake,
         stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root), buckets=ctx.settings.pipeline.buckets,
         available_now=args.available_now, processing_time=None if args.available_now else f"{trigger} seconds",
-        max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger, publish=alerter.publish)
+        max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger, publish=alerter.publish, quality=quality,
+        maintain_every_s=maintain_every_s)
     _until_stopped(query, alerter)
     if args.available_now:
         return f"monitor caught up and stopped: {alerter.count} anomalies published"
