@@ -1,7 +1,7 @@
 """Detection latency: ZooKeeper write of a zombie controller -> its anomaly row committed in Delta.
 
     python -m benchmarks.detection_latency [--duration 60] [--rate 2000] [--zombies 20] [--partitions 2000]
-        [--collector txnlog|watch]
+        [--collector txnlog|watch] [--engine in-process|stateful | --floor]
 
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (controller epoch 2, brokers 1..3, topics with partition
 state znodes). Running as users run them: `zkledger collect txnlog --follow` (or `collect zk`, the watch
@@ -10,7 +10,8 @@ controller_epoch, leader moves with a leader_epoch bump) and injects --zombies z
 < current, with a leader_epoch bump) on partitions the steady writer leaves alone (a one-shot watch only
 delivers a znode's latest version, so a zombie overwritten before the re-read would never reach bronze). The anomalies table is polled with delta-rs every --poll seconds from a thread
 running alongside the writer; latency = first poll that sees the ZOMBIE_CONTROLLER_WRITE row for that zxid - the
-write's acknowledgement. Resolution is the poll interval.
+write's acknowledgement. Resolution is the poll interval. With --floor, the monitor's place is taken by
+`benchmarks.streaming_floor`, the least a Spark streaming detector does (its latency bounds any such design).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
+from benchmarks.streaming_floor import FLOOR_TABLE
 from conf.settings import PipelineEngine
 from models.anomalies import AnomalyKind
 from models.tables import ANOMALIES, ZNODE_EVENTS
@@ -112,10 +115,12 @@ def _zombie(client: Any, path: str, epochs: dict[str, int], zombie_times: dict[i
     zombie_times[stat.mzxid] = time.time()
 
 
+def _process(argv: list[str], log_to: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdout=log_to.open("wb"), stderr=subprocess.STDOUT, env=os.environ.copy())
+
+
 def _cli(lake: Path, *args: str, log_to: Path) -> subprocess.Popen[bytes]:
-    out = log_to.open("wb")
-    return subprocess.Popen([sys.executable, "-m", "zkledger.cli", "--lake", str(lake), "--cluster", "bench", *args],
-                            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+    return _process([sys.executable, "-m", "zkledger.cli", "--lake", str(lake), "--cluster", "bench", *args], log_to)
 
 
 def _log_digest(path: Path) -> str:
@@ -125,17 +130,39 @@ def _log_digest(path: Path) -> str:
     return "\n".join(errors) + "\n...\n" + text[-600:]
 
 
-def _poll(lake: Any, seen: dict[int, float], lock: threading.Lock, stop: threading.Event, every: float) -> None:
-    """Record when each ZOMBIE_CONTROLLER_WRITE zxid is first visible in the anomalies table (runs alongside
-    the writer: a detection made while writes continue is timed when it lands, not after the writer ends)."""
+def _zombie_anomalies(lake: Any) -> Callable[[], list[int]]:
+    """The zxids of the ZOMBIE_CONTROLLER_WRITE rows in the anomalies table."""
+    def found() -> list[int]:
+        if not lake.exists(ANOMALIES.name):
+            return []
+        rows = lake.read_arrow(ANOMALIES.name).select(["kind", "zxid"]).to_pylist()
+        return [r["zxid"] for r in rows if r["kind"] == AnomalyKind.ZOMBIE_CONTROLLER_WRITE and r["zxid"] is not None]
+    return found
+
+
+def _floor_hits(lake_dir: Path) -> Callable[[], list[int]]:
+    """The zxids in the floor query's table."""
+    from deltalake import DeltaTable
+
+    path = lake_dir / FLOOR_TABLE
+
+    def found() -> list[int]:
+        if not (path / "_delta_log").is_dir():
+            return []
+        return [int(z) for z in DeltaTable(str(path)).to_pyarrow_table(columns=["zxid"]).column("zxid").to_pylist()]
+    return found
+
+
+def _poll(found: Callable[[], list[int]], seen: dict[int, float], lock: threading.Lock, stop: threading.Event,
+          every: float) -> None:
+    """Record when each zombie write's zxid is first visible (runs alongside the writer: a detection made while
+    writes continue is timed when it lands, not after the writer ends)."""
     while not stop.is_set():
-        if lake.exists(ANOMALIES.name):
-            rows = lake.read_arrow(ANOMALIES.name).select(["kind", "zxid"]).to_pylist()
-            now = time.time()
-            with lock:
-                for r in rows:
-                    if r["kind"] == AnomalyKind.ZOMBIE_CONTROLLER_WRITE and r["zxid"] is not None:
-                        seen.setdefault(r["zxid"], now)
+        zxids = found()
+        now = time.time()
+        with lock:
+            for z in zxids:
+                seen.setdefault(z, now)
         stop.wait(every)
 
 
@@ -158,13 +185,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 collect = ["collect", "zk", "--zk", zk.hosts, "--chroot", "/"]
             procs.append(_cli(lake_dir, *collect, log_to=work / "collect.log"))
-            procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", "--engine", args.engine,
-                              log_to=work / "monitor.log"))
+            if args.floor:
+                procs.append(_process([sys.executable, "-m", "benchmarks.streaming_floor", "--lake", str(lake_dir),
+                                       "--trigger", "1"], log_to=work / "monitor.log"))
+            else:
+                procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", "--engine", args.engine,
+                                  log_to=work / "monitor.log"))
             time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
             lake = Lake(lake_dir, cluster="bench")
             seen_at: dict[int, float] = {}
             lock, stop_polling = threading.Lock(), threading.Event()
-            poller = threading.Thread(target=_poll, args=(lake, seen_at, lock, stop_polling, args.poll), daemon=True)
+            found = _floor_hits(lake_dir) if args.floor else _zombie_anomalies(lake)
+            poller = threading.Thread(target=_poll, args=(found, seen_at, lock, stop_polling, args.poll), daemon=True)
             poller.start()
             zombie_times, sent = _writer(client, paths, args.rate, args.duration, args.zombies)
             until = time.time() + args.drain
@@ -190,7 +222,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     p50 = float(np.percentile(lat, 50)) if lat else None
     p95 = float(np.percentile(lat, 95)) if lat else None
     summary = [f"{args.rate:,} writes/s for {args.duration:.0f} s over {args.partitions:,} partitions, "
-               f"{len(zombie_times)} zombie writes, monitor --engine {args.engine} trigger 1 s, poll {args.poll}s",
+               f"{len(zombie_times)} zombie writes, "
+               + ("the streaming floor (source, filter, one Delta append)" if args.floor else f"monitor --engine {args.engine}")
+               + f" trigger 1 s, poll {args.poll}s",
                f"{args.collector} collector: {collected['bronze_rows']:,} bronze rows for {sent:,} writes "
                f"({collected['missed_versions']:,} versions reported missed: one-shot watches coalesce); "
                f"zombie writes in bronze: {collected['zombies_in_bronze']}/{len(zombie_times)}",
@@ -216,12 +250,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=tuple(PipelineEngine), default=str(PipelineEngine.IN_PROCESS),
                    help="what runs the monitor (default in-process; results of stateful go to "
                         "detection_latency_stateful.json)")
+    p.add_argument("--floor", action="store_true",
+                   help="instead of the monitor, the least a Spark streaming detector does (benchmarks.streaming_floor: "
+                        "source, filter, one Delta append per batch); results go to detection_latency_floor.json")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    name = NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
+    name = f"{NAME}_floor" if args.floor else NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
     return run_main(name, parser(), run, argv)
 
 

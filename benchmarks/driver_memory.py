@@ -1,7 +1,7 @@
 """Driver memory against history length: the peak RSS of `zkledger rebuild` over 1 M, 10 M and 30 M events.
 
     python -m benchmarks.driver_memory [--events 1000000 10000000 30000000] [--partitions 200000]
-                                       [--engine in-process|stateful]
+                                       [--engine in-process|stateful] [--standalone]
 
 Each size is its own lake: `zkledger simulate --offline` writes the history (the same 200,000 partitions for
 every size, so only the length of the history differs), then `zkledger rebuild` runs in a process of its own,
@@ -11,12 +11,19 @@ driver) and of its descendants (its JVM, which in `local[*]` is the driver's and
 executors' Python workers: the sum of their high-water marks, an upper bound) is read from the kernel's
 high-water mark (VmHWM) while they run. The baseline is the smallest size's peak, measured in the same run;
 flat means every larger size stays within ±25% of it.
+
+With ``--standalone`` the rebuild runs on a Spark standalone cluster started for the run on this machine (one
+worker with every core), so the driver is a process apart from the executors: the driver's peak is then the
+Python driver and its own JVM only, and the executors' (their JVMs with the state store, and their Python
+workers) is reported beside it (``driver_memory_<engine>_standalone.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +35,7 @@ from typing import Any
 from benchmarks.common import Timer, base_parser, machine, ratio, run_main, scratch
 from conf.settings import PipelineEngine
 from models.tables import ZNODE_EVENTS
+from zkledger.standalone import StandaloneCluster
 
 log = logging.getLogger(__name__)
 
@@ -66,21 +74,51 @@ def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "zkledger.cli", *args], stdout=out, stderr=subprocess.STDOUT)
 
 
-def rebuild_peak(lake_dir: Path, log_to: Path, engine: str) -> dict[str, Any]:
-    """`zkledger rebuild` of ``lake_dir`` in its own process: wall time and peak RSS (Python, JVM)."""
-    peaks = {"python_mib": 0.0, "jvm_mib": 0.0}
+def _watch_executors(worker_pid: int, peaks: dict[str, float], stop: threading.Event) -> None:
+    """Keep the highest sum of VmHWM (MiB) of a standalone worker's descendants (its executors and their Python
+    workers) until ``stop``."""
+    while not stop.wait(0.5):
+        peaks["executors_mib"] = max(peaks["executors_mib"],
+                                     sum(_status_kb(c, "VmHWM") for c in _children(worker_pid)) / 1024)
+
+
+def rebuild_peak(lake_dir: Path, log_to: Path, engine: str, conf: Path | None = None,
+                 worker_pid: int | None = None) -> dict[str, Any]:
+    """`zkledger rebuild` of ``lake_dir`` in its own process: wall time and peak RSS (Python, JVM; with a
+    standalone ``worker_pid``, its executors too)."""
+    peaks = {"python_mib": 0.0, "jvm_mib": 0.0, "executors_mib": 0.0}
     stop = threading.Event()
     start = time.perf_counter()
-    proc = _cli("--lake", str(lake_dir), "--cluster", "bench", "rebuild", "--engine", engine, log_to=log_to)
-    watcher = threading.Thread(target=_watch_peaks, args=(proc.pid, peaks, stop), daemon=True)
-    watcher.start()
+    proc = _cli(*(("--conf", str(conf)) if conf else ()), "--lake", str(lake_dir), "--cluster", "bench", "rebuild",
+                "--engine", engine, log_to=log_to)
+    watchers = [threading.Thread(target=_watch_peaks, args=(proc.pid, peaks, stop), daemon=True)]
+    if worker_pid is not None:
+        watchers.append(threading.Thread(target=_watch_executors, args=(worker_pid, peaks, stop), daemon=True))
+    for w in watchers:
+        w.start()
     rc = proc.wait()
     stop.set()
-    watcher.join()
+    for w in watchers:
+        w.join()
     if rc != 0:
         raise SystemExit(f"rebuild of {lake_dir} failed (rc {rc}); see {log_to}")
-    return {"wall_s": round(time.perf_counter() - start, 1), "python_peak_mib": round(peaks["python_mib"]),
-            "jvm_peak_mib": round(peaks["jvm_mib"]), "peak_mib": round(peaks["python_mib"] + peaks["jvm_mib"])}
+    out = {"wall_s": round(time.perf_counter() - start, 1), "python_peak_mib": round(peaks["python_mib"]),
+           "jvm_peak_mib": round(peaks["jvm_mib"]), "peak_mib": round(peaks["python_mib"] + peaks["jvm_mib"])}
+    if worker_pid is not None:
+        out["executors_peak_mib"] = round(peaks["executors_mib"])
+    return out
+
+
+STANDALONE_EXECUTOR_MEMORY = "12g"
+
+
+def _standalone_conf(work: Path, url: str) -> Path:
+    """Settings that send the rebuild to the standalone master, every core to its one executor."""
+    conf = work / "standalone.toml"
+    conf.write_text(f'[spark]\nmaster = "{url}"\n\n[spark.extra]\n'
+                    f'"spark.executor.memory" = "{STANDALONE_EXECUTOR_MEMORY}"\n'
+                    f'"spark.cores.max" = "{os.cpu_count() or 2}"\n')
+    return conf
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -88,7 +126,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     t = Timer()
     runs: list[dict[str, Any]] = []
-    with scratch(args) as work:
+    with scratch(args) as work, contextlib.ExitStack() as stack:
+        conf, worker_pid = None, None
+        if args.standalone:
+            cluster = stack.enter_context(StandaloneCluster(work / "standalone", workers_n=1,
+                                                            cores=os.cpu_count() or 2, memory="16g"))
+            conf, worker_pid = _standalone_conf(work, cluster.url), cluster.workers[0].pid
         for events in sorted(args.events):
             lake_dir = work / f"lake-{events}"
             with t.phase(f"generate.{events}"):
@@ -97,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if gen.wait() != 0:
                     raise SystemExit(f"simulate --offline failed; see {work / 'simulate.log'}")
             bronze = Lake(lake_dir, cluster="bench").row_count(ZNODE_EVENTS.name)
-            peak = rebuild_peak(lake_dir, work / f"rebuild-{events}.log", args.engine)
+            peak = rebuild_peak(lake_dir, work / f"rebuild-{events}.log", args.engine, conf, worker_pid)
             runs.append({"events": events, "bronze_rows": bronze, **peak})
             log.info("rebuild of %s events: %s", f"{events:,}", peak)
             if not args.keep:  # the 30 M-event lake alone takes gigabytes
@@ -106,15 +149,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for r in runs:
         r["vs_baseline"] = ratio(r["peak_mib"], base["peak_mib"])
     flat = all(abs(r["peak_mib"] / base["peak_mib"] - 1) <= FLAT_WITHIN for r in runs)
-    summary = [f"zkledger rebuild --engine {args.engine}, {args.partitions:,} partitions, shipped settings; peak RSS of the rebuild process "
-               f"(Python driver + its JVM and Python workers) by history length, baseline = the {base['events']:,}-event run"]
-    summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python driver {r['python_peak_mib']:,}, JVM and workers "
-                f"{r['jvm_peak_mib']:,}), {r['vs_baseline']}x the baseline; rebuild {r['wall_s']:.0f} s "
-                f"({r['events'] / r['wall_s']:,.0f} events/s incl. process and session start)" for r in runs]
+    if args.standalone:
+        summary = [f"zkledger rebuild --engine {args.engine} on a standalone master (one worker, {os.cpu_count()} cores, "
+                   f"executor memory {STANDALONE_EXECUTOR_MEMORY}), {args.partitions:,} partitions; peak RSS of the "
+                   f"driver (Python + its own JVM) by history length, baseline = the {base['events']:,}-event run; "
+                   f"the executors' beside it"]
+        summary += [f"  {r['events']:>12,} events: driver {r['peak_mib']:,} MiB (Python {r['python_peak_mib']:,}, JVM "
+                    f"{r['jvm_peak_mib']:,}), {r['vs_baseline']}x the baseline; executors {r['executors_peak_mib']:,} MiB; "
+                    f"rebuild {r['wall_s']:.0f} s ({r['events'] / r['wall_s']:,.0f} events/s incl. process and session "
+                    f"start)" for r in runs]
+    else:
+        summary = [f"zkledger rebuild --engine {args.engine}, {args.partitions:,} partitions, shipped settings; peak RSS "
+                   f"of the rebuild process (Python driver + its JVM and Python workers) by history length, baseline = "
+                   f"the {base['events']:,}-event run"]
+        summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python driver {r['python_peak_mib']:,}, JVM and "
+                    f"workers {r['jvm_peak_mib']:,}), {r['vs_baseline']}x the baseline; rebuild {r['wall_s']:.0f} s "
+                    f"({r['events'] / r['wall_s']:,.0f} events/s incl. process and session start)" for r in runs]
     summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")
     return {"benchmark": NAME, "machine": machine(), "params": {"events": sorted(args.events),
                                                               "partitions": args.partitions, "engine": args.engine},
-            "wall_s": t.wall, "runs": runs, "flat_within": FLAT_WITHIN, "flat": flat, "summary": summary}
+            "standalone": args.standalone, "wall_s": t.wall, "runs": runs, "flat_within": FLAT_WITHIN, "flat": flat, "summary": summary}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -124,12 +178,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=200_000, help="partitions in every history (default 200,000)")
     p.add_argument("--engine", choices=tuple(PipelineEngine), default=str(PipelineEngine.IN_PROCESS),
                    help="what runs the rebuild (default in-process)")
+    p.add_argument("--standalone", action="store_true",
+                   help="run the rebuilds on a Spark standalone cluster started here, the driver apart from the executors")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     name = NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
+    name += "_standalone" if args.standalone else ""
     return run_main(name, parser(), run, argv)
 
 

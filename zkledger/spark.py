@@ -131,6 +131,8 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(settings.spark.shuffle_partitions),
         "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # each micro-batch uploads the changed keys only, not a snapshot of the whole store
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",

@@ -5,95 +5,35 @@ mid-stream."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 
 from tests import sample_data as sd
 from zkledger.quality import run_quality
+from zkledger.standalone import SPARK_HOME, StandaloneCluster, spark_env
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-SPARK_HOME = Path(pyspark.__file__).parent
 PACKAGES = ("zkledger", "models", "collectors", "pipelines", "engine", "jobs", "conf", "lakehouse", "simulator")
 TABLES = ("partition_transitions", "anomalies")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_HOME=str(SPARK_HOME),
-               SPARK_LOCAL_IP="127.0.0.1")
-    return env
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], limit_s: float = 120) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        assert proc.poll() is None, f"{proc.args} exited: {path.read_text(errors='replace')[-2000:]}"
-        time.sleep(0.5)
-    raise AssertionError(f"{text!r} not seen in {path}: {path.read_text(errors='replace')[-2000:]}")
-
-
-@dataclass
-class Standalone:
-    url: str
-    workers: list[subprocess.Popen[bytes]]
-
-
 @pytest.fixture(scope="module")
-def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A real standalone master and two workers (1 core, 1g each) from the pinned PySpark; stopped at the end."""
-    logs = tmp_path_factory.mktemp("standalone")
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
-    spark_class = str(SPARK_HOME / "bin" / "spark-class")
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        master_log = logs / "master.log"
-        procs.append(subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-             "--webui-port", "0"], stdout=master_log.open("wb"), stderr=subprocess.STDOUT, env=_env()))
-        _wait_for(master_log, "I have been elected leader", procs[0])
-        workers = []
-        for n in (1, 2):
-            worker_log = logs / f"worker-{n}.log"
-            workers.append(subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1", "--memory", "1g",
-                 "--webui-port", "0", "--host", "127.0.0.1", "--work-dir", str(logs / f"work-{n}")],
-                stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=_env(), start_new_session=True))
-            procs.append(workers[-1])
-            _wait_for(worker_log, "Successfully registered with master", workers[-1])
-        yield Standalone(url, workers)
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers_n=2, cores=1, memory="1g") as cluster:
+        yield cluster
 
 
 @pytest.fixture
-def standalone(standalone_cluster: Standalone) -> str:
+def standalone(standalone_cluster: StandaloneCluster) -> str:
     return standalone_cluster.url
 
 
@@ -130,7 +70,7 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
             "--lake", lake.root, "--cluster", lake.cluster]
     for t in TABLES:
         argv += ["--table", t]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=spark_env(), cwd=tmp_path)
     assert done.returncode == 1, (done.stdout + done.stderr)[-3000:]  # the ALIENS kind fails the anomalies suite
     output = done.stdout + done.stderr
     assert f"check on master {standalone}" in output, output[-4000:]
@@ -167,7 +107,7 @@ def test_submitted_rebuild_equals_local_run(standalone: str, spark: Any, lake: A
     conf.write_text(f'[pipeline]\nlocal_max_rows = 0\nengine = "{engine}"\n', encoding="utf-8")
     argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "rebuild.py"),
             "--conf", str(conf), "--lake", remote.root, "--cluster", remote.cluster]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=spark_env(), cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
     def rows(target: Any, table: str) -> list[tuple[Any, ...]]:
@@ -213,7 +153,7 @@ def _wait_rows(lake: Any, table: str, at_least: int, proc: subprocess.Popen[byte
 
 
 def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
-        standalone_cluster: Standalone, spark: Any, tmp_path: Path) -> None:
+        standalone_cluster: StandaloneCluster, spark: Any, tmp_path: Path) -> None:
     """jobs/monitor.py with the stateful engine on two workers, one bronze commit per micro-batch: the driver is
     SIGKILLed after its first micro-batch, restarted, and one worker is killed while the restarted monitor
     streams. The derived tables equal a local (in-process) rebuild of the same bronze."""
@@ -238,7 +178,7 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
            "--lake", remote.root, "--cluster", remote.cluster]
     first_log = tmp_path / "monitor-1.log"
     first = subprocess.Popen([*job, "--trigger", "1"], stdout=first_log.open("wb"), stderr=subprocess.STDOUT,
-                             env=_env(), cwd=tmp_path, start_new_session=True)
+                             env=spark_env(), cwd=tmp_path, start_new_session=True)
     try:
         done_first = _wait_rows(remote, "metadata_events", 1, first, first_log)
     finally:
@@ -248,7 +188,7 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
 
     second_log = tmp_path / "monitor-2.log"
     second = subprocess.Popen([*job, "--available-now"], stdout=second_log.open("wb"), stderr=subprocess.STDOUT,
-                              env=_env(), cwd=tmp_path)
+                              env=spark_env(), cwd=tmp_path)
     try:
         streamed = _wait_rows(remote, "metadata_events", done_first + 1, second, second_log)
         assert streamed < local.row_count("metadata_events"), "the restarted run drained it all before the kill"
