@@ -39,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  buckets=settings.pipeline.buckets, available_now=args.available_now,
                                  processing_time=None if args.available_now else f"{trigger} seconds",
                                  max_files_per_trigger=settings.streaming.max_files_per_trigger,
-                                 publish=alerter.publish).awaitTermination()
+                                 publish=alerter.publish, quality=quality,
+                                 maintain_every_s=3600 * settings.monitor.maintain_every_hours).awaitTermination()
         elif args.available_now:
             drain_monitor(spark, lake, checkpoint, publish=alerter.publish, quality=quality,
                           local_max_rows=settings.pipeline.local_max_rows,
