@@ -38,7 +38,7 @@ def _commits(lake: Lake, rows: list[dict[str, Any]], parts: int) -> None:
 def test_the_monitor_maintains_the_lake_and_checks_each_batch(spark: Any, tmp_path: Path,
                                                                engine: PipelineEngine) -> None:
     lake = Lake(tmp_path / "lake", cluster="t")
-    _commits(lake, _rows(), 4)  # four small files, one micro-batch each
+    _commits(lake, _rows(), 2)  # two small files, one micro-batch each
     checkpoint = tmp_path / "ck"
     if engine is PipelineEngine.STATEFUL:
         query = start_stateful_query(spark, lake, checkpoint, buckets=2, available_now=True, max_files_per_trigger=1,
