@@ -34,6 +34,9 @@ from lakehouse.arrow_schema import arrow_schema, spec_for
 
 log = logging.getLogger(__name__)
 
+STATS_COLUMNS_PROPERTY = "delta.dataSkippingStatsColumns"
+"""The table property naming the columns both engines keep per-file statistics on (``TableSpec.stats_columns``)."""
+
 Rows: TypeAlias = "Sequence[Mapping[str, Any]] | pa.Table"
 WriteMode = Literal["append", "overwrite"]
 
@@ -186,13 +189,14 @@ class Lake:
 
     # ----------------------------------------------------------------- create
     def ensure(self, table: str) -> None:
-        """Create the empty table with its models.tables schema if it is missing."""
+        """Create the empty table with its models.tables schema and statistics columns if it is missing."""
         path = self.table_path(table)
         if DeltaTable.is_deltatable(path):
             return
         os.makedirs(path, exist_ok=True)
         try:
-            DeltaTable.create(path, arrow_schema(table), mode="ignore", name=table)
+            DeltaTable.create(path, arrow_schema(table), mode="ignore", name=table,
+                              configuration={STATS_COLUMNS_PROPERTY: ",".join(spec_for(table).stats_columns)})
             log.info("created table %s at %s", table, path)
         except DeltaError:
             # Another process created it between our check and our commit: that is fine.

@@ -4,6 +4,7 @@ once. Table features delta-rs cannot handle are measured here, kept off in Spark
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -88,6 +89,28 @@ def test_every_table_schema_from_the_connector_reads_in_delta_rs(spark: SparkSes
         assert lake.read_arrow(table).sort_by("event_id" if "event_id" in spec.column_names else spec.key[-1]) \
             == data.sort_by("event_id" if "event_id" in spec.column_names else spec.key[-1]), table
         check_shared_protocol(path)  # Spark's table keeps the protocol both engines handle
+
+
+def test_every_table_keeps_statistics_on_its_filter_columns_only(writer_engine: DeltaEngine, tmp_path: Path) -> None:
+    """Both engines honour the table's statistics columns: the data files' min/max/null counts cover the cluster
+    and the zxid and time columns, and no other column (Delta's default would be the first 32)."""
+    lake = Lake(tmp_path / "lake", cluster="test")
+    for table, spec in ALL_TABLES.items():
+        lake.ensure(table)
+        assert writer_engine.lake_write(lake, table, sample_rows(table, 3), "w", 0)
+        adds = [a for a in _actions(lake.table_path(table)) if "add" in a]
+        assert adds, table
+        for add in adds:
+            stats = json.loads(add["add"]["stats"])
+            assert stats["numRecords"] > 0
+            assert set(stats["nullCount"]) == set(spec.stats_columns), table
+            assert set(stats.get("minValues", {})) <= set(spec.stats_columns), table
+
+
+def _actions(path: str) -> list[dict[str, Any]]:
+    log_dir = os.path.join(path, "_delta_log")
+    return [json.loads(line) for name in sorted(os.listdir(log_dir)) if name.endswith(".json")
+            for line in open(os.path.join(log_dir, name), encoding="utf-8") if line.strip()]
 
 
 # ------------------------------------------------------------------------------------------ streaming
