@@ -60,26 +60,25 @@ def _children(pid: int) -> list[int]:
     return kids + [g for k in kids for g in _children(k)]
 
 
-def _watch_peaks(pid: int, peaks: dict[str, float], stop: threading.Event) -> None:
+def _descendants_mib(pid: int) -> float:
+    """The sum of the VmHWM (MiB) of a process's descendants."""
+    return sum(_status_kb(c, "VmHWM") for c in _children(pid)) / 1024
+
+
+def _watch_peaks(pid: int, worker_pid: int | None, peaks: dict[str, float], stop: threading.Event) -> None:
     """Keep the highest VmHWM (MiB) seen of the process and of its descendants (its JVM and the Python workers)
+    and, with a standalone ``worker_pid``, of the worker's descendants (its executors and their Python workers)
     until ``stop``."""
     while not stop.wait(0.5):
         peaks["python_mib"] = max(peaks["python_mib"], _status_kb(pid, "VmHWM") / 1024)
-        jvm = sum(_status_kb(c, "VmHWM") for c in _children(pid)) / 1024
-        peaks["jvm_mib"] = max(peaks["jvm_mib"], jvm)
+        peaks["jvm_mib"] = max(peaks["jvm_mib"], _descendants_mib(pid))
+        if worker_pid is not None:
+            peaks["executors_mib"] = max(peaks["executors_mib"], _descendants_mib(worker_pid))
 
 
 def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:
     with log_to.open("ab") as out:
         return subprocess.Popen([sys.executable, "-m", "zkledger.cli", *args], stdout=out, stderr=subprocess.STDOUT)
-
-
-def _watch_executors(worker_pid: int, peaks: dict[str, float], stop: threading.Event) -> None:
-    """Keep the highest sum of VmHWM (MiB) of a standalone worker's descendants (its executors and their Python
-    workers) until ``stop``."""
-    while not stop.wait(0.5):
-        peaks["executors_mib"] = max(peaks["executors_mib"],
-                                     sum(_status_kb(c, "VmHWM") for c in _children(worker_pid)) / 1024)
 
 
 def rebuild_peak(lake_dir: Path, log_to: Path, engine: str, conf: Path | None = None,
@@ -91,15 +90,11 @@ def rebuild_peak(lake_dir: Path, log_to: Path, engine: str, conf: Path | None = 
     start = time.perf_counter()
     proc = _cli(*(("--conf", str(conf)) if conf else ()), "--lake", str(lake_dir), "--cluster", "bench", "rebuild",
                 "--engine", engine, log_to=log_to)
-    watchers = [threading.Thread(target=_watch_peaks, args=(proc.pid, peaks, stop), daemon=True)]
-    if worker_pid is not None:
-        watchers.append(threading.Thread(target=_watch_executors, args=(worker_pid, peaks, stop), daemon=True))
-    for w in watchers:
-        w.start()
+    watcher = threading.Thread(target=_watch_peaks, args=(proc.pid, worker_pid, peaks, stop), daemon=True)
+    watcher.start()
     rc = proc.wait()
     stop.set()
-    for w in watchers:
-        w.join()
+    watcher.join()
     if rc != 0:
         raise SystemExit(f"rebuild of {lake_dir} failed (rc {rc}); see {log_to}")
     out = {"wall_s": round(time.perf_counter() - start, 1), "python_peak_mib": round(peaks["python_mib"]),

@@ -5,7 +5,6 @@ measure the driver apart from the executors."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 from types import TracebackType
 
 import pyspark
+
+from zkledger.zk_server import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 
@@ -24,12 +25,6 @@ def spark_env() -> dict[str, str]:
     env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_HOME=str(SPARK_HOME),
                SPARK_LOCAL_IP="127.0.0.1")
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], limit_s: float = 120) -> None:
@@ -59,7 +54,7 @@ class StandaloneCluster:
 
     def __enter__(self) -> StandaloneCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        port = free_port()
         self.url = f"spark://127.0.0.1:{port}"
         spark_class = str(SPARK_HOME / "bin" / "spark-class")
         try:
