@@ -15,6 +15,7 @@ import sys
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # name: (full-size args, --quick args)
     "batch_rebuild": ([], ["--events", "1000000", "--partitions", "200000"]),
+    "spark_rebuild": ([], ["--events", "1000000", "--partitions", "200000"]),
     "streaming_storm": ([], ["--partitions", "50000", "--baseline-partitions", "1000"]),
     "detection_latency": ([], ["--duration", "20", "--partitions", "2000", "--zombies", "5", "--drain", "300"]),
 }

@@ -31,7 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Timer, base_parser, build_session, machine, ratio, run_main, scratch
+from benchmarks.common import (
+    Timer,
+    base_parser,
+    build_session,
+    connector_floor,
+    machine,
+    ratio,
+    run_main,
+    scratch,
+)
 from models.tables import (
     CONTROLLER_DECISIONS,
     PARTITION_STATE,
@@ -108,6 +117,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             full = stateful(spark, lake, work / "ckpt-delta", args.buckets, "delta")
         with t.phase("stateful_noop"):
             noop = stateful(spark, lake, work / "ckpt-noop", args.buckets, "noop")
+        with t.phase("connector_floor"):  # the storm's own outputs, written by the run above
+            floor_read_s, floor_write_s, floor_rows = connector_floor(spark, lake, work / "floor")
         if slice_lake is lake:
             slice_delta, slice_noop = full, noop
         else:
@@ -119,7 +130,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             base = naive_baseline(spark, slice_lake, sub, work / "ckpt-naive")
         jvm_hwm = _jvm_hwm_mib(spark)
         spark.stop()
-    rates = {"delta": events / full["wall_s"], "noop": events / noop["wall_s"]}
+    rates = {"delta": events / full["wall_s"], "noop": events / noop["wall_s"],
+             "connector_floor": events / (floor_read_s + floor_write_s)}
     same = {name: slice_events / r["wall_s"] for name, r in (("delta", slice_delta), ("noop", slice_noop),
                                                                 ("naive", base))}
     py_peak = _python_peak_mib()
@@ -129,6 +141,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"stateful query + Delta writes (every derived table): {full['wall_s']:.1f} s = "
         f"{rates['delta']:,.0f} events/s",
         f"stateful query, noop sink: {noop['wall_s']:.1f} s = {rates['noop']:,.0f} events/s",
+        f"connector floor (the storm through Delta's streaming source {floor_read_s:.1f} s, its {floor_rows:,} output "
+        f"rows written again by Delta's connector {floor_write_s:.1f} s, no compute): "
+        f"{rates['connector_floor']:,.0f} events/s; the query with its writes runs at "
+        f"{ratio(rates['delta'], rates['connector_floor'])}x of it",
         f"same input for the ratio: a storm of {sub:,} partitions ({slice_events:,} events): stateful "
         f"{same['delta']:,.0f} events/s with Delta writes, {same['noop']:,.0f} noop; naive per-partition "
         f"transformWithStateInPandas, noop sink: {base['wall_s']:.1f} s = {same['naive']:,.0f} events/s "
@@ -144,7 +160,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "params": {"partitions": args.partitions, "baseline_partitions": sub, "replication_factor": 3,
                    "buckets": args.buckets, "shuffle_partitions": args.shuffle_partitions},
         "events": events, "slice_events": slice_events, "wall_s": t.wall, "stateful_delta": full,
-        "stateful_noop": noop, "slice_stateful_delta": slice_delta, "slice_stateful_noop": slice_noop, "naive": base,
+        "stateful_noop": noop, "connector_floor": {"bronze_read_s": round(floor_read_s, 1),
+                                                    "writes_s": round(floor_write_s, 1), "output_rows": floor_rows},
+        "slice_stateful_delta": slice_delta, "slice_stateful_noop": slice_noop, "naive": base,
         "events_per_s": {k: round(v) for k, v in rates.items()},
         "slice_events_per_s": {k: round(v) for k, v in same.items()},
         "stateful_vs_naive": ratio(same["delta"], same["naive"]),
