@@ -83,7 +83,7 @@ class Carried:
     replica_state: pa.Table
     log_terms: pa.Table  # controller_tenure rows with source 'logs'
     global_events: list[dict[str, Any]] = field(default_factory=list)  # committed global metadata events
-    zk_writes: pa.Table | None = None  # committed state writes: topic, partition, leader, leader_epoch
+    zk_writes: pa.Table | None = None  # committed state writes as detectors.distinct_writes keeps them
     known_ids: Callable[[int, int], set[str]] | None = None  # committed metadata_events ids with zxid in [lo, hi]
     txnlog_max_zxid: int | None = None  # highest zxid the txnlog collector has delivered (gap suppression)
     txnlog_min_zxid: int | None = None  # lowest one: between both, the txnlog is the lossless history
@@ -195,7 +195,9 @@ def run_increment(spark: SparkSession, znode_events: DataFrame | pa.Table, decis
     settled, pending = D.settle_decisions(pending, dec_t, zk_time)
     if settled.num_rows:
         zk_writes = writes_t.select(list(ZK_WRITE_COLUMNS))
-        if carried.zk_writes is not None:  # only the partitions the settled decisions speak about
+        # the carried writes of the partitions the settled decisions speak about, with the batch's: the detector
+        # keeps each partition's newest epochs of both together, as the carry does after the commit
+        if carried.zk_writes is not None:
             logged = settled.select(["topic", "partition"]).drop_null()
             keys = carried.zk_writes.join(logged.group_by(["topic", "partition"]).aggregate([]), ["topic", "partition"],
                                           join_type="left semi")

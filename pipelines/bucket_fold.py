@@ -115,8 +115,9 @@ def route_decisions(decisions: pa.Table, buckets: int) -> pa.Table:
 @dataclass
 class BucketState:
     """What a bucket carries between micro-batches: its keys' partition and replica state rows (the lake's
-    ``partition_state``/``replica_state`` schemas), its cluster's timeline events so far, and the distinct
-    (leader, leader epoch) its keys' partition states have held (what logged decisions are checked against)."""
+    ``partition_state``/``replica_state`` schemas), its cluster's timeline events so far, and the (leader, leader
+    epoch) pairs its keys' partition states have held, the newest ``detectors.ZK_WRITES_KEPT_EPOCHS`` per key
+    (``detectors.distinct_writes``: what logged decisions are checked against)."""
 
     partition_state: pa.Table
     replica_state: pa.Table

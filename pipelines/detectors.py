@@ -234,20 +234,87 @@ ZK_WRITE_SCHEMA = pa.schema([pa.field("topic", pa.string()), pa.field("partition
                              pa.field("leader", pa.int32()), pa.field("leader_epoch", pa.int32())])
 
 
+ZK_WRITES_KEPT_EPOCHS = 32
+"""How many (leader, leader_epoch) rows of one partition are kept to check logged decisions against: its
+newest by leader epoch. The controller logs a decision within seconds of writing it, so a settled decision asks
+about one of its partition's latest leader epochs; one at or below the oldest kept epoch of a partition that has
+had this many is beyond judgement (not flagged), not wrong. Keeps the carried writes one window per partition
+rather than every leader change of the monitor's life."""
+
+
 def distinct_writes(writes: pa.Table) -> pa.Table:
-    """One row per (topic, partition, leader, leader_epoch): the known writes grow with leader changes, not
-    with every write (ISR changes, repeated writes of one leadership)."""
-    return writes.group_by(list(ZK_WRITE_COLUMNS), use_threads=False).aggregate([]).select(list(ZK_WRITE_COLUMNS))
+    """The writes the decisions are checked against, one row per (topic, partition, leader, leader_epoch): per
+    partition its ZK_WRITES_KEPT_EPOCHS newest distinct rows by leader epoch (then by leader, so ties at the cut
+    fall the same way in any order). A row missing a part never matches a decision and is not kept.
+
+    The one retention rule of both engines: it composes (``distinct_writes(concat(distinct_writes(a), b))`` is
+    ``distinct_writes(concat(a, b))``), so a carry advanced batch by batch holds what the whole history gives.
+    Vectorised: topics as dictionary codes, a hash count per partition, then one numpy sort of the rows of the
+    partitions over the window only."""
+    cols = list(ZK_WRITE_COLUMNS)
+    t = writes.select(cols)
+    t = t.filter(pc.and_(pc.and_(pc.is_valid(t["topic"]), pc.is_valid(t["partition"])),
+                         pc.and_(pc.is_valid(t["leader"]), pc.is_valid(t["leader_epoch"]))))
+    if t.num_rows == 0:
+        return t
+    topics = pc.dictionary_encode(t["topic"].combine_chunks())
+    coded = pa.table({"topic": topics.indices, **{c: t[c] for c in cols[1:]}})
+    coded = coded.group_by(cols, use_threads=False).aggregate([]).select(cols)  # distinct rows
+    n = coded.num_rows
+    key = ((coded["topic"].to_numpy().astype(np.int64) << 32)  # (topic, partition) as one int64
+           | (coded["partition"].to_numpy().astype(np.int64) + 2**31))
+    counts = pc.value_counts(pa.array(key))
+    rows = pc.take(counts.field("counts"), pc.index_in(pa.array(key), counts.field("values"))).to_numpy()
+    over = np.flatnonzero(rows > ZK_WRITES_KEPT_EPOCHS)
+    if over.size:
+        epoch, leader = (coded[c].to_numpy().astype(np.int64)[over] for c in ("leader_epoch", "leader"))
+        order = over[np.lexsort((leader, epoch, key[over]))]  # by partition, each one's newest rows last
+        grouped = key[order]
+        at = np.arange(order.size)
+        last = np.ones(order.size, bool)
+        last[:-1] = grouped[1:] != grouped[:-1]
+        group_end = np.minimum.accumulate(np.where(last, at, order.size)[::-1])[::-1]
+        keep = np.ones(n, bool)
+        keep[order[group_end - at >= ZK_WRITES_KEPT_EPOCHS]] = False  # the rows are distinct: K newest kept
+        coded = coded.filter(pa.array(keep))
+    return pa.table({"topic": pc.take(topics.dictionary, coded["topic"]), **{c: coded[c] for c in cols[1:]}},
+                    schema=t.schema)
+
+
+def _partition_keys(t: pa.Table) -> pa.Array:
+    return pc.binary_join_element_wise(t["topic"], pc.cast(t["partition"], pa.string()), "\x1f")
+
+
+def beyond_kept_writes(d: pa.Table, kept: pa.Table) -> pa.Array:
+    """Per row of ``d``: its leader epoch is at or below the oldest one ``kept`` (``distinct_writes``) holds for
+    its partition, and that partition's window is full (ZK_WRITES_KEPT_EPOCHS rows): what ZooKeeper held then is
+    no longer known. False for a partition with fewer rows (all its writes are kept) or a null epoch."""
+    windows = kept.group_by(["topic", "partition"], use_threads=False).aggregate(
+        [("leader_epoch", "count"), ("leader_epoch", "min")])
+    full = windows.filter(pc.greater_equal(windows["leader_epoch_count"], ZK_WRITES_KEPT_EPOCHS))
+    if full.num_rows == 0 or d.num_rows == 0:
+        return pa.array(np.zeros(d.num_rows, bool))
+    floor = pc.take(full["leader_epoch_min"], pc.index_in(_partition_keys(d), _partition_keys(full)))
+    return pc.fill_null(pc.less_equal(d["leader_epoch"], floor), False)
 
 
 def detect_decision_zk_divergence(d: pa.Table, zk_writes: pa.Table) -> pa.Table:
     """The controller logged t-p -> OnlinePartition with leader L / epoch E, but ZK never held (L, E).
 
-    ``d``: settled decisions (``settle_decisions``); ``zk_writes`` holds every known state write (topic,
-    partition, leader, leader_epoch) of their partitions.
+    ``d``: settled decisions (``settle_decisions``); ``zk_writes``: the known state writes (topic, partition,
+    leader, leader_epoch) of their partitions, retained here by ``distinct_writes`` whatever the caller passed
+    (carried rows already retained, a batch's raw writes, or both concatenated give one answer). A decision at or
+    below the oldest kept epoch of a partition whose window is full is not judged (``beyond_kept_writes``).
     """
-    seen = pc.fill_null(pc.is_in(_write_keys(d), pc.unique(_write_keys(zk_writes)).drop_null()), False)
-    return _decisions(d, pc.and_kleene(_zk_checked(d), pc.invert(seen)), K.DECISION_ZK_DIVERGENCE)
+    keys = ["topic", "partition"]
+    asked = d.select(keys).drop_null().group_by(keys, use_threads=False).aggregate([])
+    asked = asked.cast(pa.schema([zk_writes.schema.field(k).with_nullable(True) for k in keys]))
+    # retention is per partition: the writes of the partitions asked about give their windows whole
+    kept = distinct_writes(zk_writes.select(list(ZK_WRITE_COLUMNS)).join(asked, keys, join_type="left semi"))
+    seen = pc.fill_null(pc.is_in(_write_keys(d), pc.unique(_write_keys(kept)).drop_null()), False)
+    judged = pc.invert(beyond_kept_writes(d, kept))
+    return _decisions(d, pc.and_kleene(pc.and_kleene(_zk_checked(d), pc.invert(seen)), judged),
+                      K.DECISION_ZK_DIVERGENCE)
 
 
 DECISION_SETTLE = timedelta(seconds=10)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from engine.rebuild import rebuild
+from lakehouse import arrow_schema
 from models.ids import event_id
 from pipelines import detectors as D
-from tests.history import T0, clean_history
+from pipelines.bucket_fold import BUCKET_COLUMN, BucketState, bucket_step, route, zk_times
+from pipelines.decode import decode_table, split_decoded
+from tests.history import T0, History, clean_history, decision
 
 pytestmark = pytest.mark.spark
 
@@ -84,3 +91,113 @@ def test_only_decisions_with_a_leader_and_epoch_wait() -> None:
                                   schema=D.PENDING_DECISIONS)
     settled, pending = D.settle_decisions(D.PENDING_DECISIONS.empty_table(), logged, None)
     assert (settled.num_rows, pending["line_no"].to_pylist()) == (0, [4])
+
+
+KEPT = D.ZK_WRITES_KEPT_EPOCHS
+
+
+def _writes(rows: list[tuple[Any, ...]]) -> pa.Table:
+    return pa.Table.from_pylist([dict(zip(D.ZK_WRITE_COLUMNS, r, strict=True)) for r in rows], schema=D.ZK_WRITE_SCHEMA)
+
+
+def _rows(t: pa.Table) -> set[tuple[Any, ...]]:
+    return set(zip(*(t[c].to_pylist() for c in D.ZK_WRITE_COLUMNS), strict=True))
+
+
+def _leaderships(topic: str, partition: int, epochs: range) -> list[tuple[Any, ...]]:
+    """One leadership per epoch, leaders 1, 2, 3 in turn."""
+    return [(topic, partition, 1 + e % 3, e) for e in epochs]
+
+
+def test_each_partition_keeps_its_newest_leader_epochs() -> None:
+    many = _leaderships("t", 0, range(KEPT + 8))
+    few = _leaderships("t", 1, range(5))
+    exact = _leaderships("u", 0, range(KEPT))
+    tie = [("t", 0, 9, 8)]  # epoch 8 at the cut twice (leaders 3 and 9): the higher leader is kept
+    repeats = many[-3:] + few[:2]  # ISR changes rewrite a leadership
+    partial = [("t", 0, None, 99), ("t", 0, 1, None), ("t", None, 1, 99)]  # never match a decision
+    kept = D.distinct_writes(_writes(many + few + exact + tie + repeats + partial))
+    assert _rows(kept) == set(_leaderships("t", 0, range(9, KEPT + 8))) | {("t", 0, 9, 8)} | set(few) | set(exact)
+    assert kept.num_rows == KEPT + 5 + KEPT  # one row each, partial rows dropped
+    assert _rows(D.distinct_writes(kept)) == _rows(kept)  # idempotent
+
+
+def test_keeping_the_newest_epochs_composes_over_any_split() -> None:
+    rng = np.random.default_rng(7)
+    n = 5_000
+    all_rows = _writes([(f"t{t}", int(p), int(leader), int(e)) for t, p, leader, e in zip(
+        rng.integers(0, 3, n), rng.integers(0, 4, n), rng.integers(0, 4, n), rng.integers(0, 60, n), strict=True)])
+    whole = _rows(D.distinct_writes(all_rows))
+    assert 0 < len(whole) < n
+    for cut in (0, 1, 100, 2_500, n - 1, n):
+        a, b = all_rows.slice(0, cut), all_rows.slice(cut)
+        assert _rows(D.distinct_writes(pa.concat_tables([D.distinct_writes(a), b]))) == whole
+    order = pa.array(rng.permutation(n))
+    assert _rows(D.distinct_writes(all_rows.take(order))) == whole
+
+
+def _lines(found: pa.Table) -> list[int]:
+    """The flagged decisions' line numbers (from the anomalies' details)."""
+    return sorted(json.loads(d)["line_no"] for d in found["details"].to_pylist()) if found.num_rows else []
+
+
+def test_a_decision_older_than_the_kept_epochs_is_not_judged() -> None:
+    full = _leaderships("t", 0, range(40))  # kept: epochs 8..39, floor 8
+    short = _leaderships("t", 1, range(10))  # all ten kept
+    rows = [
+        _online(1, 1 + 39 % 3, 39),  # the newest: ZooKeeper held it
+        _online(2, 9, 20),  # never held, above the floor: divergent
+        _online(3, 9, 8),  # never held, at the floor of a full window: beyond judgement
+        _online(4, 9, 3),  # below it
+        _online(5, 1 + 3 % 3, 3),  # held once, no longer kept: not flagged either
+        {**_online(6, 9, 3), "partition": 1},  # never held, the window not full: divergent
+        {**_online(7, 1 + 3 % 3, 3), "partition": 1},  # held
+    ]
+    settled = pa.Table.from_pylist(rows, schema=D.PENDING_DECISIONS)
+    raw = _writes(full + short + full[10:])  # as the fold gives them, repeats included
+    carried, batch = D.distinct_writes(_writes(full[:30] + short)), _writes(full[30:] + full[35:])
+    for writes in (raw, D.distinct_writes(raw), pa.concat_tables([batch, carried])):
+        found = D.detect_decision_zk_divergence(settled, writes)
+        assert _lines(found) == [2, 6]
+        assert set(found["kind"].to_pylist()) == {"DECISION_ZK_DIVERGENCE"}
+    # with only the writes up to epoch 30, t-0's floor is lower (epochs 0..30, 31 rows: not full): all judged
+    found = D.detect_decision_zk_divergence(settled, _writes(full[:31] + short))
+    assert _lines(found) == [1, 2, 3, 4, 6]
+
+
+def _bronze_leader_changes(changes: int) -> History:
+    h = History()
+    h.broker(1).broker(2).broker(3).controller(1, 1)
+    h.topic("t", {0: [1, 2, 3]})
+    for e in range(changes):
+        h.state("t", 0, 1 + e % 3, e, 1, [1, 2, 3], op="CREATE" if e == 0 else "SET")
+    return h
+
+
+def test_a_buckets_carried_writes_stay_bounded_over_many_leader_changes() -> None:
+    changes = 4 * KEPT
+    h = _bronze_leader_changes(changes)
+    bronze = pa.Table.from_pylist(h.rows, schema=arrow_schema("znode_events"))
+    meta, _ = split_decoded(decode_table(bronze))
+    routed = route(meta, 1).drop_columns([BUCKET_COLUMN])
+    state = BucketState.empty(meta.schema)
+    cuts = np.linspace(0, h.zxid, 9).astype(int)  # eight micro-batches by zxid
+    newest = 1 + (changes - 1) % 3
+    logged = pa.Table.from_pylist([  # logged at 1 s, delivered with the last batch: settled at once
+        decision(1, "PARTITION_TRANSITION", line_no=1, topic="t", partition=0, to_state="OnlinePartition",
+                 leader=newest, leader_epoch=changes - 1),  # held by the last batch
+        decision(1, "PARTITION_TRANSITION", line_no=2, topic="t", partition=0, to_state="OnlinePartition",
+                 leader=9, leader_epoch=changes - 2),  # never held, within the window
+        decision(1, "PARTITION_TRANSITION", line_no=3, topic="t", partition=0, to_state="OnlinePartition",
+                 leader=9, leader_epoch=2),  # never held, long before the window
+    ], schema=D.PENDING_DECISIONS)
+    found = []
+    for i, (lo, hi) in enumerate(pairwise(cuts)):
+        batch = routed.filter(pc.and_(pc.greater(routed["zxid"], lo), pc.less_equal(routed["zxid"], hi)))
+        last = i == len(cuts) - 2
+        out, state = bucket_step("test", state, batch, logged if last else None, "2.0", zk_times(batch, 1))
+        so_far = sorted(set(routed.filter(pc.less_equal(routed["zxid"], hi))["leader_epoch"].drop_null().to_pylist()))
+        assert sorted(state.zk_writes["leader_epoch"].to_pylist()) == so_far[-KEPT:]  # at most KEPT rows, the newest
+        found += out["anomalies"].filter(pc.equal(out["anomalies"]["kind"], "DECISION_ZK_DIVERGENCE")).to_pylist()
+    assert sorted(state.zk_writes["leader_epoch"].to_pylist()) == list(range(changes - KEPT, changes))
+    assert _lines(pa.Table.from_pylist(found)) == [2]
