@@ -340,7 +340,7 @@ CASES: list[tuple[str, Way]] = [
     # the stateful query: both literal histories, both collectors with logs, a storm, a deletion; in chunks too
     *[(name, STATEFUL) for name in ("zombie-offline", "split-brain", "zombie-controller-2.0", "failover-storm-3.8",
                                     "topic-deletion-3.8")],
-    *[(name, STATEFUL_CHUNKS) for name in ("split-brain", "zombie-controller-2.0")],
+    *[(name, STATEFUL_CHUNKS) for name in ("split-brain", "zombie-controller-2.0", "reassignment-3.8")],
 ]
 
 
