@@ -80,8 +80,6 @@ from pipelines.bucket_fold import (
     CLUSTER_STAGE,
     EMIT_COLUMN,
     GLOBAL_COLUMNS,
-    REPLICAS_GONE,
-    REPLICAS_GONE_SCHEMA,
     BucketState,
     at_stage,
     bucket_step,
@@ -121,9 +119,10 @@ DERIVED: tuple[TableSpec, ...] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE,
 APPEND_ORDER: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
 MERGED: tuple[tuple[TableSpec, tuple[str, ...] | None], ...] = (
     (CONTROLLER_TENURE, ("cluster",)), (REPLICA_STATE, None), (PARTITION_STATE, None))
-"""The tables MERGEd each batch, with the scope a key's rows replace where rows not written again go: a stage
-writes its cluster's whole tenure (a few rows). A bucket names the replica rows it removed itself
-(``REPLICAS_GONE``). ``partition_state`` last: committed, it means the whole batch is."""
+"""The tables MERGEd each batch, with the scope whose rows the batch did not write again are deleted: a stage
+writes its cluster's whole tenure (a few rows). The state tables are upserts: the fold never forgets a replica
+(after a deletion or a reassignment its row stays, in its last state), so a batch's rows are all that changed.
+``partition_state`` last: committed, it means the whole batch is."""
 TENURE_KEY = ("cluster", "source", "controller_id", "controller_epoch", "start_zxid")
 
 _META_ARROW = to_arrow_schema(META_SEQ)
@@ -191,10 +190,10 @@ class _RouteDecisions:
 
 
 class _Unpack:
-    """``mapInArrow``: the packed rows of one output as its rows."""
+    """``mapInArrow``: the packed rows of one output table as that table's rows."""
 
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
+    def __init__(self, spec: TableSpec) -> None:
+        self.schema = spark_arrow_schema(spec)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -205,14 +204,7 @@ class _Unpack:
 
 def unpacked(packed: DataFrame, spec: TableSpec) -> DataFrame:
     """``stateful_stream``'s packed output rows of one table, as that table's rows."""
-    return _unpacked(packed, spec.name, spark_schema(spec, nullable=True))
-
-
-def _unpacked(packed: DataFrame, name: str, struct: T.StructType) -> DataFrame:
-    return packed.filter(F.col(TABLE_COLUMN) == name).mapInArrow(_Unpack(to_arrow_schema(struct)), struct)
-
-
-_GONE_STRUCT = T.StructType([spark_schema(REPLICA_STATE, nullable=True)[c] for c in REPLICAS_GONE_SCHEMA.names])
+    return packed.filter(F.col(TABLE_COLUMN) == spec.name).mapInArrow(_Unpack(spec), spark_schema(spec, nullable=True))
 
 
 def stateful_stream(bronze: DataFrame, decisions: DataFrame, buckets: int = DEFAULT_BUCKETS,
@@ -310,9 +302,7 @@ class PipelineBatchWriter:
             for spec, scope in MERGED:
                 if spec.name in written:
                     keys = TENURE_KEY if spec is CONTROLLER_TENURE else spec.key
-                    gone = (_unpacked(records, REPLICAS_GONE, _GONE_STRUCT)
-                            if spec is REPLICA_STATE and REPLICAS_GONE in written else None)
-                    self._merge(unpacked(records, spec), spec.name, keys, batch_id, scope, gone)
+                    self._merge(unpacked(records, spec), spec.name, keys, batch_id, scope)
                     lap(spec.name)
             if self.quality:
                 frames = {spec.name: _one_per_id(unpacked(records, spec)) if spec is ANOMALIES else unpacked(records, spec)
@@ -345,9 +335,9 @@ class PipelineBatchWriter:
         return _one_per_id(found).join(known, "anomaly_id", "left_anti")
 
     def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int,
-               scope: tuple[str, ...] | None, gone: DataFrame | None) -> None:
-        """Upsert a batch's rows on ``keys``. Deleted: the target rows of ``gone`` (keys), and those in a
-        ``scope`` (e.g. a cluster) the batch wrote that it did not write again. Idempotent per batch id."""
+               scope: tuple[str, ...] | None) -> None:
+        """Upsert a batch's rows on ``keys``; with a ``scope`` (e.g. a cluster), the target rows in a scope the
+        batch wrote that it did not write again are deleted. Idempotent per batch id."""
         lake = self.lake
         lake.ensure(table)
         last = lake.last_batch_seq(table, self.writer_id)
@@ -360,11 +350,6 @@ class PipelineBatchWriter:
         spark = rows.sparkSession
         path = lake.table_path(table)
         source = rows.withColumn("_del", F.lit(False))
-        if gone is not None:
-            types = dict(rows.dtypes)
-            source = source.unionByName(gone.select(*(
-                F.col(c) if c in gone.columns else F.lit(None).cast(types[c]).alias(c) for c in rows.columns))
-                .withColumn("_del", F.lit(True)))
         if scope is not None:
             target = spark.read.format("delta").load(path)
             touched = rows.select(*scope).distinct()

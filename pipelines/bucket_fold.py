@@ -222,28 +222,6 @@ def touched_seeds(ps: pa.Table, rs: pa.Table, meta: pa.Table, ctx: GlobalContext
     return ps.filter(touched), rs.filter(pc.is_in(rs_keys, pc.unique(ps_keys.filter(touched))))
 
 
-REPLICAS_GONE = "replica_state/gone"
-"""A bucket's output that is no table: the ``replica_state`` keys its batch removed (a replica that left its
-partition's assignment). The carried state is the table's content, so the bucket knows them: the sink deletes
-them in its MERGE and reads nothing of the table to find them."""
-REPLICAS_GONE_SCHEMA = pa.schema([spark_arrow_schema(REPLICA_STATE).field(c) for c in REPLICA_STATE.key])
-
-
-def replicas_gone(carried: pa.Table, new: pa.Table) -> pa.Table:
-    """The keys (REPLICAS_GONE_SCHEMA) of ``carried`` replica rows of the partitions ``new`` holds rows of (all of
-    each one's rows: ``merged_state``) that ``new`` no longer has."""
-    if carried.num_rows == 0 or new.num_rows == 0:
-        return REPLICAS_GONE_SCHEMA.empty_table()
-    carried_keys, new_keys = _key_codes(carried, new)
-    touched = pc.is_in(carried_keys, pc.unique(new_keys))
-    before = pa.table({"k": carried_keys.filter(touched), "replica": carried["replica"].filter(touched),
-                       "i": pa.array(np.flatnonzero(touched.to_numpy(zero_copy_only=False)), pa.int64())})
-    after = pa.table({"k": new_keys, "replica": new["replica"]})
-    gone = before.join(after, ["k", "replica"], join_type="left anti")
-    rows = np.sort(gone["i"].to_numpy())  # in the carried order: deterministic whatever the join's order
-    return carried.take(pa.array(rows, pa.int64())).select(list(REPLICA_STATE.key)).cast(REPLICAS_GONE_SCHEMA)
-
-
 def merged_state(carried: pa.Table, new: pa.Table) -> pa.Table:
     """The carried rows of untouched keys, then the fold's rows for the keys it touched (all their rows)."""
     target = carried.schema
@@ -294,7 +272,6 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
         METADATA_EVENTS.name: events.filter(events[EMIT_COLUMN]).select(list(METADATA_EVENTS.column_names))}
     found: list[pa.Table] = []
     if folded.num_rows:
-        carried_replicas = state.replica_state
         fold, state, timeline = fold_bucket(state, folded, kafka_version)
         pt = fold[FoldRecord.PARTITION_TRANSITION].select(list(PARTITION_TRANSITIONS.column_names))
         rt = fold[FoldRecord.REPLICA_TRANSITION].select(list(REPLICA_TRANSITIONS.column_names))
@@ -304,8 +281,7 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
         found += [D.detect_illegal_transitions(pt, rt), D.write_anomalies(writes), D.anomaly_rows(split)]
         out.update({PARTITION_TRANSITIONS.name: pt, REPLICA_TRANSITIONS.name: rt,
                     PARTITION_STATE.name: fold[FoldRecord.PARTITION_STATE].select(list(PARTITION_STATE.column_names)),
-                    REPLICA_STATE.name: fold[FoldRecord.REPLICA_STATE].select(list(REPLICA_STATE.column_names)),
-                    REPLICAS_GONE: replicas_gone(carried_replicas, fold[FoldRecord.REPLICA_STATE])})
+                    REPLICA_STATE.name: fold[FoldRecord.REPLICA_STATE].select(list(REPLICA_STATE.column_names))})
     seen = [t.as_py() for t in (*state.zk_time["zk_time"], *(zk_time["zk_time"] if zk_time is not None else ()))]
     latest = max(seen, default=None)
     logged = decisions if decisions is not None else D.PENDING_DECISIONS.empty_table()

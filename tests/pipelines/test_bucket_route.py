@@ -58,27 +58,3 @@ def test_a_decision_goes_to_its_stage_and_to_its_partitions_bucket() -> None:
     own = bucket_of(pa.array(["t"]), pa.array([0], pa.int32()), 4)[0]
     assert sorted(zip(routed["line_no"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), strict=True)) == [
         (1, CLUSTER_STAGE), (1, own), (2, CLUSTER_STAGE)]
-
-
-def test_a_bucket_names_the_replica_rows_its_batch_removed() -> None:
-    """Of the partitions a batch rewrote, the carried replicas it no longer holds; untouched partitions keep theirs."""
-    from lakehouse.spark_schema import spark_arrow_schema
-    from models.tables import REPLICA_STATE
-    from pipelines.bucket_fold import REPLICAS_GONE_SCHEMA, replicas_gone
-
-    schema = spark_arrow_schema(REPLICA_STATE)
-
-    def rows(*keys: tuple[str, int, int]) -> pa.Table:
-        return pa.table({"cluster": ["c"] * len(keys), "topic": [k[0] for k in keys], "partition": [k[1] for k in keys],
-                         "replica": [k[2] for k in keys], "state": ["OnlineReplica"] * len(keys),
-                         "as_of_zxid": list(range(len(keys)))}).cast(pa.schema([schema.field(n) for n in (
-                             "cluster", "topic", "partition", "replica", "state", "as_of_zxid")])).select(
-            ["cluster", "topic", "partition", "replica", "state", "as_of_zxid"])
-
-    carried = rows(("t", 0, 1), ("t", 0, 2), ("t", 0, 3), ("t", 1, 1), ("t", 1, 2), ("u", 0, 3))
-    new = rows(("t", 0, 2), ("t", 0, 3), ("t", 0, 4), ("u", 0, 3))  # t-0 moved from 1 to 4; t-1 untouched
-    gone = replicas_gone(carried, new)
-    assert gone.schema == REPLICAS_GONE_SCHEMA
-    assert gone.to_pylist() == [{"cluster": "c", "topic": "t", "partition": 0, "replica": 1}]
-    assert replicas_gone(carried, carried).num_rows == 0
-    assert replicas_gone(carried.slice(0, 0), new).num_rows == 0
