@@ -28,6 +28,7 @@ from benchmarks.common import (
     base_parser,
     build_session,
     machine,
+    offline_history,
     ratio,
     run_main,
     scratch,
@@ -134,17 +135,11 @@ def json_floor(payloads: bytes) -> int:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from lakehouse import Lake
-    from zkledger.cli import main as cli
 
     t = Timer()
     with scratch(args) as work:
-        lake_dir = work / "lake"
         with t.phase("generate"):
-            rc = cli(["--lake", str(lake_dir), "--cluster", "bench", "simulate", "--offline",
-                      "--events", str(args.events), "--partitions", str(args.partitions)])
-        if rc not in (0, None):
-            raise SystemExit(f"simulate --offline failed ({rc})")
-        lake = Lake(lake_dir, cluster="bench")
+            lake = offline_history(work / "lake", args.events, args.partitions)
         with t.phase("spark_start"):
             spark = build_session("bench-batch-rebuild", args.shuffle_partitions)
         from engine.increment import LOCAL_MAX_ROWS

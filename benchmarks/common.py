@@ -133,6 +133,19 @@ def build_session(app: str, shuffle_partitions: int | None = None) -> Any:
     return build_spark(load_settings(overrides=overrides), app_name=app)
 
 
+def offline_history(lake_dir: Path, events: int, partitions: int) -> Any:
+    """A lake (cluster ``bench``) holding a synthetic history, written by the code `zkledger simulate --offline`
+    runs."""
+    from lakehouse import Lake
+    from zkledger.cli import main as cli
+
+    rc = cli(["--lake", str(lake_dir), "--cluster", "bench", "simulate", "--offline", "--events", str(events),
+              "--partitions", str(partitions)])
+    if rc not in (0, None):
+        raise SystemExit(f"simulate --offline failed ({rc})")
+    return Lake(lake_dir, cluster="bench")
+
+
 def connector_floor(spark: Any, lake: Any, floor_dir: Path) -> tuple[float, float, int]:
     """The Spark path's I/O alone over ``lake``, a rebuilt one: (seconds reading its bronze history through
     Delta's streaming source, seconds writing every derived table again through Delta's connector, output rows).

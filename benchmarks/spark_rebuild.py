@@ -33,6 +33,7 @@ from benchmarks.common import (
     build_session,
     connector_floor,
     machine,
+    offline_history,
     ratio,
     run_main,
     scratch,
@@ -49,18 +50,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from engine.increment import LOCAL_MAX_ROWS
     from engine.rebuild import REBUILD_CHUNK_ROWS, rebuild
     from engine.stateful import stateful_rebuild
-    from lakehouse import Lake
-    from zkledger.cli import main as cli
 
     t = Timer()
     with scratch(args) as work:
-        lake_dir = work / "lake"
         with t.phase("generate"):
-            rc = cli(["--lake", str(lake_dir), "--cluster", "bench", "simulate", "--offline",
-                      "--events", str(args.events), "--partitions", str(args.partitions)])
-        if rc not in (0, None):
-            raise SystemExit(f"simulate --offline failed ({rc})")
-        lake = Lake(lake_dir, cluster="bench")
+            lake = offline_history(work / "lake", args.events, args.partitions)
         with t.phase("spark_start"):
             spark = build_session("bench-spark-rebuild")
         rounds: list[dict[str, float]] = []
