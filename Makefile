@@ -63,11 +63,11 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # Two pytest workers (pytest-xdist), one test file each at a time: module fixtures (a Kafka cluster, a scenario's
-# runs) are built once. Files go out in collection order, the ones that take minutes first (tests/conftest.py
-# LONG_FILES); the 15 slowest tests are listed at the end. TEST_WORKERS=0 runs the suite in the calling process.
+# runs) are built once; the 15 slowest tests are listed at the end. TEST_WORKERS=0 runs the suite in the calling
+# process.
 TEST_WORKERS ?= 2
 test: venv java jars browser lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 demo: venv java jars
 	$(VENV)/bin/zkledger --lake $(LAKE) demo

@@ -128,16 +128,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     server = _ZK.get("server")
     if report.failed and uses_zk and server is not None:
         report.sections.append(("ZooKeeper log (tail)", server.log_tail(60)))
-
-
-LONG_FILES = ("tests/jobs/test_spark_submit.py", "tests/kafkalab/test_real_kafka.py",
-              "tests/kafkalab/test_kafka_lab_cli.py", "tests/e2e/test_differential.py",
-              "tests/e2e/test_e2e_scenarios.py", "tests/engine/test_stateful_query.py")
-"""Files that each take minutes (a standalone Spark cluster, real Kafka brokers, many whole pipelines). `make test`
-hands files to its two workers in collection order (``--no-loadscope-reorder``; xdist's own order puts the
-files with the most tests first, and these have few): started first, none of them begins at the suite's end."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest as collected
