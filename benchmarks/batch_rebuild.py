@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from benchmarks.common import (
     Timer,
+    add_history_args,
     base_parser,
     build_session,
     machine,
@@ -218,8 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
-    p.add_argument("--events", type=int, default=10_000_000, help="bronze events (default 10,000,000)")
-    p.add_argument("--partitions", type=int, default=200_000, help="partitions (default 200,000)")
+    add_history_args(p)
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
     p.add_argument("--local-max-rows", type=int, default=None,
                    help="pipeline.local_max_rows for the rebuild (default: the shipped setting; 0 = always Spark)")

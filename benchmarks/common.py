@@ -133,6 +133,12 @@ def build_session(app: str, shuffle_partitions: int | None = None) -> Any:
     return build_spark(load_settings(overrides=overrides), app_name=app)
 
 
+def add_history_args(parser: argparse.ArgumentParser) -> None:
+    """``--events`` and ``--partitions`` of the history ``offline_history`` writes."""
+    parser.add_argument("--events", type=int, default=10_000_000, help="bronze events (default 10,000,000)")
+    parser.add_argument("--partitions", type=int, default=200_000, help="partitions (default 200,000)")
+
+
 def offline_history(lake_dir: Path, events: int, partitions: int) -> Any:
     """A lake (cluster ``bench``) holding a synthetic history, written by the code `zkledger simulate --offline`
     runs."""

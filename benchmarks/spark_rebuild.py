@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks.common import (
     Timer,
+    add_history_args,
     base_parser,
     build_session,
     connector_floor,
@@ -109,8 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
-    p.add_argument("--events", type=int, default=10_000_000, help="bronze events (default 10,000,000)")
-    p.add_argument("--partitions", type=int, default=200_000, help="partitions (default 200,000)")
+    add_history_args(p)
     p.add_argument("--repeat", type=int, default=1,
                    help="alternating rounds of the two rebuilds on the same history; medians count (default 1)")
     return p
