@@ -165,7 +165,8 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
 
     h = _story()
     remote, local = Lake(str(tmp_path / "remote-lake"), h.cluster), Lake(str(tmp_path / "local-lake"), h.cluster)
-    commits = [h.rows[i:i + 2] for i in range(0, len(h.rows), 2)]  # one micro-batch each
+    # 6 commits, one micro-batch each: enough for a kill on each side of a batch (each costs seconds on 1 core)
+    commits = [h.rows[i:i + 4] for i in range(0, len(h.rows), 4)]
     for target in (remote, local):
         for seq, rows in enumerate(commits):
             target.append("znode_events", rows, writer_id="fixture", batch_seq=seq)
