@@ -21,12 +21,10 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    (``pipelines.cluster_stage.cluster_step``: timeline, controller terms, resignations, gaps). Each key's
    state is one value in Spark's state store (RocksDB), checkpointed by Spark with the stream's offsets.
    Out: one packed row per (key, output table);
-3. the sink (``PipelineBatchWriter``, ``foreachBatch``) unpacks each table's rows on the executors
-   (``unpacked``) and writes them through Delta's connector, each commit under the app transaction
-   ``(writer, batch id)`` so that a replayed batch is skipped: the anomalies first and alone (new ids only,
-   published once committed), the append tables side by side, then ``controller_tenure``, ``replica_state``
-   and ``partition_state`` MERGEd on their keys. The
-   driver plans and commits; it collects only the names of the tables a batch wrote.
+3. the sink (``engine.stateful_sink.StatefulSink``, ``foreachBatch``): one Spark job in which the executors
+   write each packed row as a data file of its table and the driver commits the files through delta-rs, each
+   commit under the app transaction ``(writer, batch id)``: the new anomalies first, the appended tables side
+   by side, the state tables by replacing the changed keys' files, ``partition_state`` last.
 
 ``start_stateful_query`` starts it over a lake: ``available_now`` for a rebuild from a fresh checkpoint, a
 processing-time trigger for a monitor.
@@ -37,10 +35,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +45,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -57,9 +53,10 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from engine.increment import META_SEQ
-from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
-from lakehouse.spark_io import stream_table, write_batch
-from lakehouse.spark_schema import spark_arrow_schema, spark_schema
+from engine.stateful_sink import PACKED_COLUMN, TABLE_COLUMN, StatefulSink
+from engine.upkeep import MaintenanceSchedule
+from lakehouse.spark_io import stream_table
+from lakehouse.spark_schema import spark_arrow_schema
 from models.events import Source
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
@@ -102,29 +99,22 @@ STATEFUL_WRITER = "stateful-query"
 """The app-transaction id of the query's Delta commits (one writer; batch ids are its versions)."""
 DEFAULT_BUCKETS = 32
 """Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
-PART_COLUMN, TABLE_COLUMN, PACKED_COLUMN = "part", "table", "packed"
+PART_COLUMN = "part"
 PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                           T.StructField(PART_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
 """The operator's input: one task's rows of one ``StreamPart`` for one key, as one Arrow IPC stream."""
 PACKED_OUT = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                            T.StructField(TABLE_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
 """The operator's output: one key's rows of one output table, as one Arrow IPC stream."""
-BUCKET_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in (
-    "partition_state", "replica_state", "global_events", "zk_writes", "recent_ids", "pending_decisions", "zk_time")])
+STATE_BLOB = T.StructType([T.StructField("ipc", T.BinaryType())])
+"""One part of a bucket's state (one ``BucketState`` field) as one ValueState: a batch rewrites only the parts
+it changed (a batch that only moves the cluster's clock writes two small values, not the bucket's keys)."""
+BUCKET_PARTS = tuple(f.name for f in fields(BucketState))
 CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
                                                                          "txnlog", "recent_ids")])
 DERIVED: tuple[TableSpec, ...] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
                                   REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
 """Every table the query writes."""
-APPEND_ORDER: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
-MERGED: tuple[tuple[TableSpec, tuple[str, ...] | None], ...] = (
-    (CONTROLLER_TENURE, ("cluster",)), (REPLICA_STATE, None), (PARTITION_STATE, None))
-"""The tables MERGEd each batch, with the scope whose rows the batch did not write again are deleted: a stage
-writes its cluster's whole tenure (a few rows). The state tables are upserts: the fold never forgets a replica
-(after a deletion or a reassignment its row stays, in its last state), so a batch's rows are all that changed.
-``partition_state`` last: committed, it means the whole batch is."""
-TENURE_KEY = ("cluster", "source", "controller_id", "controller_epoch", "start_zxid")
-
 _META_ARROW = to_arrow_schema(META_SEQ)
 _PACKED_IN_ARROW = to_arrow_schema(PACKED_IN)
 _PACKED_OUT_ARROW = to_arrow_schema(PACKED_OUT)
@@ -189,24 +179,6 @@ class _RouteDecisions:
                 yield packed
 
 
-class _Unpack:
-    """``mapInArrow``: the packed rows of one output table as that table's rows."""
-
-    def __init__(self, spec: TableSpec) -> None:
-        self.schema = spark_arrow_schema(spec)
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for blob in batch.column(PACKED_COLUMN).to_pylist():
-                rows = ipc_table(blob)
-                yield from rows.select(self.schema.names).cast(self.schema).to_batches(max_chunksize=100_000)
-
-
-def unpacked(packed: DataFrame, spec: TableSpec) -> DataFrame:
-    """``stateful_stream``'s packed output rows of one table, as that table's rows."""
-    return packed.filter(F.col(TABLE_COLUMN) == spec.name).mapInArrow(_Unpack(spec), spark_schema(spec, nullable=True))
-
-
 def stateful_stream(bronze: DataFrame, decisions: DataFrame, buckets: int = DEFAULT_BUCKETS,
                     kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
     """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's)."""
@@ -218,14 +190,14 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, buckets: int = DEFA
 
 
 class PipelineProcessor(StatefulProcessor):
-    """One key per micro-batch: a bucket (its carried ``BucketState``) or a cluster's stage (``ClusterState``),
-    each one ValueState of Arrow IPC bytes."""
+    """One key per micro-batch: a bucket (its carried ``BucketState``, one ValueState per part) or a cluster's
+    stage (``ClusterState``, one ValueState), as Arrow IPC bytes."""
 
     def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
         self.kafka_version = kafka_version
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.bucket_state = handle.getValueState("bucket", BUCKET_STATE)
+        self.bucket_parts = {name: handle.getValueState(f"bucket_{name}", STATE_BLOB) for name in BUCKET_PARTS}
         self.cluster_state = handle.getValueState("cluster", CLUSTER_STATE)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
@@ -239,143 +211,33 @@ class PipelineProcessor(StatefulProcessor):
         cluster, bucket = str(key[0]), int(key[1])
         if bucket == CLUSTER_STAGE:
             stored = self.cluster_state.get() if self.cluster_state.exists() else None
-            carried = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(_GLOBAL_ARROW)
-            out, after = cluster_step(cluster, carried, parts)
+            stage = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(_GLOBAL_ARROW)
+            out, after = cluster_step(cluster, stage, parts)
             self.cluster_state.update(after.to_bytes())
         else:
-            stored = self.bucket_state.get() if self.bucket_state.exists() else None
-            state = BucketState.from_bytes(tuple(stored)) if stored else BucketState.empty(_META_ARROW)
+            carried = self._bucket_state()
             events = parts.get(StreamPart.EVENTS, _META_ARROW.append(pa.field(EMIT_COLUMN, pa.bool_())).empty_table())
-            out, state = bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), self.kafka_version,
+            out, state = bucket_step(cluster, carried, events, parts.get(StreamPart.DECISIONS), self.kafka_version,
                                      parts.get(StreamPart.ZK_TIME))
-            self.bucket_state.update(state.to_bytes())
+            for name, value in self.bucket_parts.items():
+                if getattr(state, name) is not getattr(carried, name):  # the step returns untouched parts as they were
+                    value.update((ipc_bytes(getattr(state, name)),))
         tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
         if tables:
             yield pd.DataFrame({"cluster": [cluster] * len(tables), BUCKET_COLUMN: [bucket] * len(tables),
                                 TABLE_COLUMN: [name for name, _ in tables],
                                 PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
 
+    def _bucket_state(self) -> BucketState:
+        empty = BucketState.empty(_META_ARROW)
+        parts = {}
+        for name, value in self.bucket_parts.items():
+            stored = value.get() if value.exists() else None
+            parts[name] = ipc_table(stored[0]) if stored else getattr(empty, name)
+        return BucketState(**parts)
+
     def close(self) -> None:
         pass
-
-
-def _one_per_id(found: DataFrame) -> DataFrame:
-    """One row per anomaly id: two keys can find one (a split brain's pair), kept at its lowest-zxid write."""
-    first = Window.partitionBy("anomaly_id").orderBy(F.col("zxid").asc_nulls_last(),
-                                                      F.element_at("evidence", -1).asc_nulls_last())
-    return found.withColumn("_n", F.row_number().over(first)).filter("_n = 1").drop("_n")
-
-
-class PipelineBatchWriter:
-    """``foreachBatch`` sink: a micro-batch's tables into the lake, each once per batch id."""
-
-    def __init__(self, lake: Lake, writer_id: str = STATEFUL_WRITER,
-                 publish: Callable[[list[dict[str, Any]]], object] | None = None, quality: bool = False,
-                 maintenance: MaintenanceSchedule | None = None) -> None:
-        self.lake, self.writer_id, self.publish = lake, writer_id, publish
-        self.quality, self.maintenance = quality, maintenance
-
-    def __call__(self, records: DataFrame, batch_id: int) -> None:
-        records = records.persist()  # the packed rows: a few per key
-        began = step = time.monotonic()
-        spent: dict[str, float] = {}
-
-        def lap(what: str) -> None:
-            nonlocal step
-            spent[what], step = time.monotonic() - step, time.monotonic()
-
-        try:
-            # the operator runs here, once; what comes back is the names of the tables written (at most 8)
-            written = {r[0] for r in records.select(TABLE_COLUMN).distinct().collect()}
-            lap("query")
-            # the anomalies first, alone: what an alert waits for; then the other appends at once (Spark runs
-            # jobs from several driver threads side by side; each commit is its own, idempotent per batch id),
-            # then the MERGEs one by one (they share the session's txn conf)
-            if ANOMALIES.name in written:
-                self._append(records, ANOMALIES, batch_id)
-                lap("anomalies")
-            appends = [spec for spec in APPEND_ORDER if spec.name in written]
-            with ThreadPoolExecutor(max_workers=len(appends) or 1, thread_name_prefix="stateful-sink") as pool:
-                for done in [pool.submit(self._append, records, spec, batch_id) for spec in appends]:
-                    done.result()
-            lap("appends")
-            for spec, scope in MERGED:
-                if spec.name in written:
-                    keys = TENURE_KEY if spec is CONTROLLER_TENURE else spec.key
-                    self._merge(unpacked(records, spec), spec.name, keys, batch_id, scope)
-                    lap(spec.name)
-            if self.quality:
-                frames = {spec.name: _one_per_id(unpacked(records, spec)) if spec is ANOMALIES else unpacked(records, spec)
-                          for spec in QUALITY_EACH_BATCH_TABLES if spec.name in written}
-                check_batch_rows(records.sparkSession, self.lake, frames, f"{self.writer_id}-quality", batch_id)
-                lap("quality")
-        finally:
-            records.unpersist()
-        log.info("stateful query batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
-                 ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
-        if self.maintenance is not None:
-            self.maintenance.after_batch()
-
-    def _append(self, records: DataFrame, spec: TableSpec, batch_id: int) -> None:
-        if spec is not ANOMALIES:
-            write_batch(unpacked(records, spec), self.lake, spec.name, self.writer_id, batch_id)
-            return
-        new = self._new_anomalies(unpacked(records, ANOMALIES)).persist()
-        try:
-            committed = write_batch(new, self.lake, ANOMALIES.name, self.writer_id, batch_id)
-            if committed and self.publish is not None:
-                self.publish([r.asDict(recursive=True) for r in new.collect()])  # few: new findings only
-        finally:
-            new.unpersist()
-
-    def _new_anomalies(self, found: DataFrame) -> DataFrame:
-        """``_one_per_id`` less the ids already committed (ids are deterministic: a finding seen again is not new)."""
-        self.lake.ensure(ANOMALIES.name)
-        known = found.sparkSession.read.format("delta").load(self.lake.table_path(ANOMALIES.name)).select("anomaly_id")
-        return _one_per_id(found).join(known, "anomaly_id", "left_anti")
-
-    def _merge(self, rows: DataFrame, table: str, keys: tuple[str, ...], batch_id: int,
-               scope: tuple[str, ...] | None) -> None:
-        """Upsert a batch's rows on ``keys``; with a ``scope`` (e.g. a cluster), the target rows in a scope the
-        batch wrote that it did not write again are deleted. Idempotent per batch id."""
-        lake = self.lake
-        lake.ensure(table)
-        last = lake.last_batch_seq(table, self.writer_id)
-        if last is not None and last >= batch_id:
-            log.info("%s: batch %s/%d already committed, skipped", table, self.writer_id, batch_id)
-            return
-        if last is None and lake.row_count(table) == 0:  # a rebuild's first batch: nothing to merge with
-            write_batch(rows, lake, table, self.writer_id, batch_id)
-            return
-        spark = rows.sparkSession
-        path = lake.table_path(table)
-        source = rows.withColumn("_del", F.lit(False))
-        if scope is not None:
-            target = spark.read.format("delta").load(path)
-            touched = rows.select(*scope).distinct()
-            on_keys = [target[k].eqNullSafe(rows[k]) for k in keys]
-            gone = (target.join(touched, list(scope), "left_semi").join(rows.select(*keys), on_keys, "left_anti")
-                    .select(*rows.columns).withColumn("_del", F.lit(True)))
-            source = source.unionByName(gone)
-        view = f"_fold_{table}_{batch_id}"
-        source.createOrReplaceTempView(view)
-        cols = rows.columns
-        on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-        update = ", ".join(f"t.`{c}` = s.`{c}`" for c in cols)
-        names = ", ".join(f"`{c}`" for c in cols)
-        values = ", ".join(f"s.`{c}`" for c in cols)
-        conf = spark.conf
-        conf.set("spark.databricks.delta.write.txnAppId", self.writer_id)
-        conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        try:
-            spark.sql(f"MERGE INTO delta.`{path}` t USING {view} s ON {on} "
-                      f"WHEN MATCHED AND s._del THEN DELETE "
-                      f"WHEN MATCHED THEN UPDATE SET {update} "
-                      f"WHEN NOT MATCHED AND NOT s._del THEN INSERT ({names}) VALUES ({values})")
-        finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
-            spark.catalog.dropTempView(view)
 
 
 def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
@@ -401,8 +263,7 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger,
                                       max_bytes_per_trigger=max_bytes_per_trigger)
                          for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
-    sink = PipelineBatchWriter(lake, writer_id, publish, quality,
-                               MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
+    sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
     writer = (stateful_stream(bronze, decisions, buckets, kafka_version).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)

@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,8 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
 
 from lakehouse.arrow_schema import arrow_schema, spec_for
+from lakehouse.files import DataFile, file_key
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +249,47 @@ class Lake:
                 crash_point("after_commit", batch_seq)
                 self._maybe_checkpoint(dt)
             log.debug("%s: committed %d rows as %s/%d (%s)", table, data.num_rows, writer_id, batch_seq, mode)
+            return True
+        raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
+
+    def commit_files(self, table: str, files: Sequence[DataFile], writer_id: str, batch_seq: int, *,
+                     replace_keys: Collection[tuple[str, int]] = (), replace_all: bool = False,
+                     metadata: Mapping[str, str] | None = None) -> bool:
+        """Commit data files written by ``lakehouse.files.write_data_file`` as one transaction, once per
+        ``(writer_id, batch_seq)``; False when the batch was already committed. The same commit removes the
+        table's files keyed by one of ``replace_keys`` (``files.file_key``), or every file (``replace_all``).
+        Files may be none: the commit then only records the batch."""
+        if batch_seq < 0:
+            raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
+        self.ensure(table)
+        for attempt in range(_COMMIT_RETRIES):
+            with self._current(table) as dt:
+                last = dt.transaction_version(writer_id)
+                if last is not None and last >= batch_seq:
+                    log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq,
+                             last)
+                    return False
+                now = int(time.time() * 1000)
+                actions: list[AddAction | RemoveAction] = [
+                    AddAction(f.path, f.size, {}, f.modified_ms, True, f.stats) for f in files]
+                if replace_keys or replace_all:
+                    present = pa.table(dt.get_add_actions(flatten=True))
+                    for path, size in zip(present.column("path").to_pylist(),
+                                          present.column("size_bytes").to_pylist(), strict=True):
+                        if replace_all or file_key(path) in replace_keys:
+                            actions.append(RemoveAction(path, True, now, size))
+                crash_point("before_commit", batch_seq)
+                try:
+                    dt.create_write_transaction(
+                        actions, mode="append", schema=arrow_schema(table),
+                        commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
+                                                           custom_metadata=dict(metadata) if metadata else None))
+                except CommitFailedError as e:
+                    log.warning("%s: commit conflict (attempt %d): %s", table, attempt + 1, e)
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                crash_point("after_commit", batch_seq)
+                self._maybe_checkpoint(dt)
             return True
         raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
 

@@ -17,7 +17,6 @@ its state store (one value per bucket) and checkpoints them.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -132,14 +131,6 @@ class BucketState:
         return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
                    _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table(),
                    D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table())
-
-    def to_bytes(self) -> tuple[bytes, ...]:
-        return tuple(ipc_bytes(t) for t in (self.partition_state, self.replica_state, self.global_events,
-                                            self.zk_writes, self.recent_ids, self.pending_decisions, self.zk_time))
-
-    @classmethod
-    def from_bytes(cls, blobs: Sequence[bytes]) -> BucketState:
-        return cls(*(ipc_table(b) for b in blobs))
 
 
 ZK_TIME = pa.schema([pa.field("cluster", pa.string()), pa.field("zk_time", pa.int64())])
@@ -262,7 +253,7 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
     ``events``: the bucket's routed events (``route``: ``_seq`` and ``_emit`` besides ``metadata_events``'
     columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None; ``zk_time``:
     its cluster's latest ZooKeeper event times this batch (``zk_times``), or None. Out: the
-    ``metadata_events`` it writes, the transitions, its changed state rows, and the anomalies its keys show
+    ``metadata_events`` it writes, the transitions, its whole state when the fold changed it, and the anomalies its keys show
     (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
     """
     events, recent = first_seen(events, state.recent_ids)
@@ -279,9 +270,11 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
         zombies = writes.filter(D.zombie_write_mask(writes)).select(list(ZOMBIE_WRITE_COLUMNS)).to_pylist()
         split = zk_split_brain(cluster, zombies, timeline.tenure) if zombies else []
         found += [D.detect_illegal_transitions(pt, rt), D.write_anomalies(writes), D.anomaly_rows(split)]
-        out.update({PARTITION_TRANSITIONS.name: pt, REPLICA_TRANSITIONS.name: rt,
-                    PARTITION_STATE.name: fold[FoldRecord.PARTITION_STATE].select(list(PARTITION_STATE.column_names)),
-                    REPLICA_STATE.name: fold[FoldRecord.REPLICA_STATE].select(list(REPLICA_STATE.column_names))})
+        out.update({PARTITION_TRANSITIONS.name: pt, REPLICA_TRANSITIONS.name: rt})
+        if fold[FoldRecord.PARTITION_STATE].num_rows or fold[FoldRecord.REPLICA_STATE].num_rows:
+            # the bucket's whole state: the sink replaces the bucket's rows with it (no MERGE)
+            out.update({PARTITION_STATE.name: state.partition_state.select(list(PARTITION_STATE.column_names)),
+                        REPLICA_STATE.name: state.replica_state.select(list(REPLICA_STATE.column_names))})
     seen = [t.as_py() for t in (*state.zk_time["zk_time"], *(zk_time["zk_time"] if zk_time is not None else ()))]
     latest = max(seen, default=None)
     logged = decisions if decisions is not None else D.PENDING_DECISIONS.empty_table()

@@ -1,0 +1,215 @@
+"""The stateful query's sink: a micro-batch's outputs into the lake, written by the executors, committed once.
+
+Per micro-batch (``foreachBatch``), one Spark job: the operator's packed rows (one per key and output table) go
+through ``_WriteOutputs`` on the executors, which writes each as a Parquet file in its table's folder
+(``lakehouse.files``) and sends back only the file's add-action fields, and the anomalies' rows themselves
+(few, and two keys can find the same one). The driver then commits through delta-rs, each commit under the
+app transaction ``(writer, batch id)``:
+
+1. the new anomalies, alone and first: one row per id (the lowest-zxid finding), less the ids already
+   committed, which the sink keeps in memory (read once at its first batch); then published;
+2. the appended tables' files, side by side;
+3. the state tables by replacement, not MERGE: a key (a bucket, or a cluster's stage for
+   ``controller_tenure``) that changed writes its whole state as one file named after the key, and the commit
+   removes that key's older file. No table is scanned or joined;
+4. ``partition_state`` last and always (with no file when nothing changed): its commit marks the batch done,
+   so a replayed batch that finds it skips the job and writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
+
+from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
+from engine.writes import COMMITTED
+from lakehouse.files import DataFile, cluster_tag, write_data_file
+from lakehouse.lake import Lake, crash_point
+from lakehouse.spark_schema import spark_arrow_schema, spark_schema
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_TENURE,
+    DECODE_QUARANTINE,
+    METADATA_EVENTS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    REPLICA_STATE,
+    REPLICA_TRANSITIONS,
+    TableSpec,
+)
+from pipelines.bucket_fold import BUCKET_COLUMN, ipc_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+TABLE_COLUMN, PACKED_COLUMN = "table", "packed"
+APPENDED: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
+REPLACED: tuple[TableSpec, ...] = (CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
+"""Tables a key writes whole (its state): its new file replaces its old one. ``partition_state`` last."""
+WRITTEN = T.StructType([
+    T.StructField(TABLE_COLUMN, T.StringType()), T.StructField("cluster", T.StringType()),
+    T.StructField(BUCKET_COLUMN, T.IntegerType()), T.StructField("path", T.StringType()),
+    T.StructField("size", T.LongType()), T.StructField("rows", T.LongType()), T.StructField("stats", T.StringType()),
+    T.StructField("modified_ms", T.LongType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
+"""What the executors send back: a written file's add-action fields, or (anomalies) the packed rows."""
+_WRITTEN_ARROW = pa.schema([pa.field(f.name, t) for f, t in zip(WRITTEN.fields, (
+    pa.string(), pa.string(), pa.int32(), pa.string(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.binary()),
+    strict=True)])
+_REPLACED_NAMES = frozenset(spec.name for spec in REPLACED)
+
+
+class _WriteOutputs:
+    """``mapInArrow`` on the operator's packed rows: each (key, table) written as one data file of that table;
+    anomalies passed back as they are."""
+
+    def __init__(self, lake_root: str) -> None:
+        self.lake_root = lake_root
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out: list[dict[str, Any]] = []
+        for batch in batches:
+            for table, cluster, bucket, blob in zip(*(batch.column(c).to_pylist() for c in (
+                    TABLE_COLUMN, "cluster", BUCKET_COLUMN, PACKED_COLUMN)), strict=True):
+                if table == ANOMALIES.name:
+                    out.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, PACKED_COLUMN: blob})
+                    continue
+                lake = Lake(self.lake_root, cluster)
+                rows = lake.conform(table, ipc_table(blob))
+                key = (cluster, bucket) if table in _REPLACED_NAMES else None
+                f = write_data_file(lake.table_path(table), table, rows, key)
+                out.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, "path": f.path,
+                            "size": f.size, "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms})
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=_WRITTEN_ARROW)
+
+
+def one_per_id(found: pa.Table) -> pa.Table:
+    """One row per anomaly id: two keys can find one (a split brain's pair), kept at its lowest-zxid finding
+    (then its lowest last evidence id)."""
+    if found.num_rows == 0:
+        return found
+    ranked = found.append_column("_z", pc.fill_null(found["zxid"], np.iinfo(np.int64).max)).append_column(
+        "_e", pc.fill_null(_last_items(found["evidence"]), "\U0010ffff"))
+    ranked = found.take(pc.sort_indices(ranked, [("anomaly_id", "ascending"), ("_z", "ascending"),
+                                                 ("_e", "ascending")]))
+    ids = ranked["anomaly_id"].to_numpy(zero_copy_only=False)
+    return ranked.filter(pa.array(np.r_[True, ids[1:] != ids[:-1]]))
+
+
+def _last_items(lists: pa.ChunkedArray) -> pa.Array:
+    """Each list's last item (null for an empty or null list)."""
+    arr = lists.combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+    ends = arr.offsets.to_numpy()[1:] - 1
+    empty = lengths == 0
+    return arr.values.take(pa.array(np.where(empty, 0, ends), mask=empty)) if len(arr.values) else pa.nulls(
+        len(arr), arr.type.value_type)
+
+
+class StatefulSink:
+    """``foreachBatch`` sink of the stateful query: a micro-batch's tables into the lake, each once per batch
+    id (see the module's docstring for the order)."""
+
+    def __init__(self, lake: Lake, writer_id: str, publish: Callable[[list[dict[str, Any]]], object] | None = None,
+                 quality: bool = False, maintenance: MaintenanceSchedule | None = None) -> None:
+        self.lake, self.writer_id, self.publish = lake, writer_id, publish
+        self.quality, self.maintenance = quality, maintenance
+        self._known: set[str] | None = None  # committed anomaly ids, read at the first batch
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stateful-sink")
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        began = step = time.monotonic()
+        spent: dict[str, float] = {}
+
+        def lap(what: str) -> None:
+            nonlocal step
+            spent[what], step = time.monotonic() - step, time.monotonic()
+
+        last = self.lake.last_batch_seq(PARTITION_STATE.name, self.writer_id)
+        if last is not None and last >= batch_id:  # every commit of this batch is in: a replay writes nothing
+            log.info("stateful query batch %d: already committed, skipped", batch_id)
+            return
+        for spec in (*APPENDED, *REPLACED):
+            self.lake.ensure(spec.name)
+        # the one job: the operator runs, the executors write the files, the driver gets their fields
+        got = records.mapInArrow(_WriteOutputs(self.lake.root), WRITTEN).toArrow()
+        lap("query and files")
+        new = self._commit_anomalies(got, batch_id)
+        lap("anomalies")
+        files = self._files(got)
+        others = [spec for spec in (*APPENDED, *REPLACED[:-1]) if files.get(spec.name)]
+        for done in [self._pool.submit(self._commit, spec, files[spec.name], batch_id) for spec in others]:
+            done.result()
+        self._commit(PARTITION_STATE, files.get(PARTITION_STATE.name, []), batch_id)
+        lap("commits")
+        if self.quality:
+            self._check(records.sparkSession, files, new, batch_id)
+            lap("quality")
+        log.info("stateful query batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
+                 ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
+        if self.maintenance is not None:
+            self.maintenance.after_batch()
+
+    def _files(self, got: pa.Table) -> dict[str, list[tuple[tuple[str, int] | None, DataFile]]]:
+        files: dict[str, list[tuple[tuple[str, int] | None, DataFile]]] = {}
+        written = got.filter(pc.is_valid(got["path"]))
+        for row in written.to_pylist():
+            table = row[TABLE_COLUMN]
+            key = (cluster_tag(row["cluster"]), row[BUCKET_COLUMN]) if table in _REPLACED_NAMES else None
+            files.setdefault(table, []).append((key, DataFile(table, row["path"], row["size"], row["rows"],
+                                                              row["stats"], row["modified_ms"])))
+        return files
+
+    def _commit(self, spec: TableSpec, files: list[tuple[tuple[str, int] | None, DataFile]], batch_id: int) -> None:
+        keys = {key for key, _ in files if key is not None}
+        # a writer's first commit replaces what other writers left: its state starts from the whole history
+        first = spec in REPLACED and self.lake.last_batch_seq(spec.name, self.writer_id) is None
+        self.lake.commit_files(spec.name, [f for _, f in files], self.writer_id, batch_id, replace_keys=keys,
+                               replace_all=first)
+        crash_point(COMMITTED + spec.name, batch_id)
+
+    def _commit_anomalies(self, got: pa.Table, batch_id: int) -> pa.Table:
+        """Commit the batch's new anomalies (then publish them); returns them (the table's arrow schema)."""
+        schema = spark_arrow_schema(ANOMALIES)
+        blobs = got.filter(pc.equal(got[TABLE_COLUMN], ANOMALIES.name))[PACKED_COLUMN].to_pylist()
+        found = pa.concat_tables([ipc_table(b).select(schema.names).cast(schema) for b in blobs]) if blobs else \
+            schema.empty_table()
+        if self._known is None:
+            ids = self.lake.scan(ANOMALIES.name, columns=["anomaly_id"])["anomaly_id"] if self.lake.exists(
+                ANOMALIES.name) else pa.array([], pa.string())
+            self._known = set(ids.to_pylist())
+        found = one_per_id(found)
+        new = found.filter(pa.array([i not in self._known for i in found["anomaly_id"].to_pylist()], pa.bool_()))
+        rows = self.lake.conform(ANOMALIES.name, new)
+        if rows.num_rows == 0:
+            return rows
+        committed = self.lake.append(ANOMALIES.name, rows, self.writer_id, batch_id)
+        crash_point(COMMITTED + ANOMALIES.name, batch_id)
+        self._known.update(rows["anomaly_id"].to_pylist())
+        if committed and self.publish is not None:
+            self.publish(rows.to_pylist())
+        return rows
+
+    def _check(self, spark: SparkSession, files: dict[str, list[tuple[tuple[str, int] | None, DataFile]]],
+               anomalies: pa.Table, batch_id: int) -> None:
+        """The quality suites on the batch's new rows: read back from the files it just committed."""
+        frames: dict[str, DataFrame] = {}
+        for spec in QUALITY_EACH_BATCH_TABLES:
+            if spec is ANOMALIES:
+                if anomalies.num_rows:
+                    frames[spec.name] = spark.createDataFrame(anomalies)
+            elif files.get(spec.name):
+                paths = [f"{self.lake.table_path(spec.name)}/{f.path}" for _, f in files[spec.name]]
+                frames[spec.name] = spark.read.schema(spark_schema(spec, nullable=True)).parquet(*paths)
+        check_batch_rows(spark, self.lake, frames, f"{self.writer_id}-quality", batch_id)
