@@ -160,7 +160,8 @@ def connector_floor(spark: Any, lake: Any, floor_dir: Path) -> tuple[float, floa
     query's sink writes them; no decode, fold or detector runs. No Spark pipeline that reads and writes these
     tables through the connector can beat it on the same machine.
     """
-    from engine.stateful import ALL_FILES, DERIVED
+    from engine.stateful import ALL_FILES
+    from engine.stateful_sink import DERIVED
     from lakehouse import Lake
     from lakehouse.spark_io import stream_table, write_batch
     from models.tables import ZNODE_EVENTS

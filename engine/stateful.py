@@ -41,10 +41,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -52,43 +50,36 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from engine.increment import META_SEQ
-from engine.stateful_sink import PACKED_COLUMN, TABLE_COLUMN, StatefulSink
+from engine.stateful_sink import (
+    PACKED_COLUMN,
+    TABLE_COLUMN,
+    StatefulSink,
+    derived_counts,
+    reset_derived,
+)
 from engine.upkeep import MaintenanceSchedule
 from lakehouse.spark_io import stream_table
-from lakehouse.spark_schema import spark_arrow_schema
-from models.events import Source
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
-    ANOMALIES,
     CONTROLLER_DECISIONS,
-    CONTROLLER_TENURE,
-    DECODE_QUARANTINE,
-    METADATA_EVENTS,
-    PARTITION_STATE,
-    PARTITION_TRANSITIONS,
-    REPLICA_STATE,
-    REPLICA_TRANSITIONS,
     ZNODE_EVENTS,
-    TableSpec,
 )
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
-    EMIT_COLUMN,
-    GLOBAL_COLUMNS,
     BucketState,
-    at_stage,
-    bucket_step,
     ipc_bytes,
     ipc_table,
-    route,
-    route_decisions,
-    zk_times,
 )
-from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
-from pipelines.decode import decode_table, split_decoded
-from pipelines.detectors import GAP_COLUMNS
+from pipelines.cluster_stage import ClusterState, StreamPart
+from pipelines.keyed_pipeline import (
+    GLOBAL_SCHEMA,
+    META_SEQ,
+    by_key,
+    route_decision_rows,
+    route_znode_rows,
+    step_key,
+)
 
 if TYPE_CHECKING:
     from lakehouse import Lake
@@ -112,69 +103,35 @@ it changed (a batch that only moves the cluster's clock writes two small values,
 BUCKET_PARTS = tuple(f.name for f in fields(BucketState))
 CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
                                                                          "txnlog", "recent_ids")])
-DERIVED: tuple[TableSpec, ...] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
-                                  REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
-"""Every table the query writes."""
-_META_ARROW = to_arrow_schema(META_SEQ)
 _PACKED_IN_ARROW = to_arrow_schema(PACKED_IN)
 _PACKED_OUT_ARROW = to_arrow_schema(PACKED_OUT)
-_GLOBAL_ARROW = pa.schema([_META_ARROW.field(c) for c in GLOBAL_COLUMNS])
 
 
 def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
     """``rows`` (with ``cluster`` and ``bucket``) as one PACKED_IN row per (cluster, bucket)."""
-    if rows.num_rows == 0:
+    keys = list(by_key(rows))
+    if not keys:
         return None
-    rows = rows.sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
-    cluster = rows["cluster"].to_numpy(zero_copy_only=False)
-    bucket = rows[BUCKET_COLUMN].to_numpy()
-    starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
-    ends = np.r_[starts[1:], len(bucket)]
-    body = rows.drop_columns([BUCKET_COLUMN])
-    blobs = [ipc_bytes(body.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)]
-    n = len(starts)
-    return pa.RecordBatch.from_arrays([pa.array(cluster[starts], pa.string()), pa.array(bucket[starts], pa.int32()),
-                                       pa.array([str(part)] * n, pa.string()), pa.array(blobs, pa.binary())],
+    return pa.RecordBatch.from_arrays([pa.array([c for c, _, _ in keys], pa.string()),
+                                       pa.array([b for _, b, _ in keys], pa.int32()),
+                                       pa.array([str(part)] * len(keys), pa.string()),
+                                       pa.array([ipc_bytes(body) for _, _, body in keys], pa.binary())],
                                       schema=_PACKED_IN_ARROW)
 
 
-class _DecodeRoute:
-    """``mapInArrow`` on bronze ``znode_events``: the task's rows decoded at once (dedupe sees them together) and
-    routed; quarantine, gap rows and the txnlog range to each cluster's stage."""
+class _Route:
+    """``mapInArrow`` on a bronze table: the task's rows routed by ``route`` (``keyed_pipeline.route_znode_rows``
+    or ``route_decision_rows``), packed per key and part."""
 
-    def __init__(self, buckets: int) -> None:
-        self.buckets = buckets
+    def __init__(self, route: Callable[[pa.Table, int], list[tuple[StreamPart, pa.Table]]], buckets: int) -> None:
+        self.route, self.buckets = route, buckets
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         got = list(batches)
         if not got:
             return
-        bronze = pa.Table.from_batches(got)
-        meta, quarantine = split_decoded(decode_table(bronze))
-        gaps = bronze.filter(pc.fill_null(pc.greater(bronze["missed_versions"], 0), False)).select(list(GAP_COLUMNS))
-        txn = bronze.filter(pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False))
-        ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
-        ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
-        for rows, part in ((route(meta.cast(_META_ARROW), self.buckets), StreamPart.EVENTS),
-                           (zk_times(meta, self.buckets), StreamPart.ZK_TIME),
-                           (at_stage(quarantine), StreamPart.QUARANTINE), (at_stage(gaps), StreamPart.GAPS),
-                           (at_stage(ranges), StreamPart.TXNLOG)):
+        for part, rows in self.route(pa.Table.from_batches(got), self.buckets):
             packed = _packed(rows, part)
-            if packed is not None:
-                yield packed
-
-
-class _RouteDecisions:
-    """``mapInArrow`` on bronze ``controller_decisions``: each row to its cluster's stage, and to its partition's
-    bucket when it is about one."""
-
-    def __init__(self, buckets: int) -> None:
-        self.buckets = buckets
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        got = list(batches)
-        if got:
-            packed = _packed(route_decisions(pa.Table.from_batches(got), self.buckets), StreamPart.DECISIONS)
             if packed is not None:
                 yield packed
 
@@ -182,8 +139,8 @@ class _RouteDecisions:
 def stateful_stream(bronze: DataFrame, decisions: DataFrame, buckets: int = DEFAULT_BUCKETS,
                     kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
     """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's)."""
-    routed = bronze.mapInArrow(_DecodeRoute(buckets), PACKED_IN).unionByName(
-        decisions.mapInArrow(_RouteDecisions(buckets), PACKED_IN))
+    routed = bronze.mapInArrow(_Route(route_znode_rows, buckets), PACKED_IN).unionByName(
+        decisions.mapInArrow(_Route(route_decision_rows, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=PipelineProcessor(kafka_version), outputStructType=PACKED_OUT, outputMode="Append",
         timeMode="None")
@@ -211,17 +168,16 @@ class PipelineProcessor(StatefulProcessor):
         cluster, bucket = str(key[0]), int(key[1])
         if bucket == CLUSTER_STAGE:
             stored = self.cluster_state.get() if self.cluster_state.exists() else None
-            stage = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(_GLOBAL_ARROW)
-            out, after = cluster_step(cluster, stage, parts)
+            stage = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
+            out, after = step_key(cluster, bucket, parts, stage, self.kafka_version)
+            assert isinstance(after, ClusterState)
             self.cluster_state.update(after.to_bytes())
         else:
             carried = self._bucket_state()
-            events = parts.get(StreamPart.EVENTS, _META_ARROW.append(pa.field(EMIT_COLUMN, pa.bool_())).empty_table())
-            out, state = bucket_step(cluster, carried, events, parts.get(StreamPart.DECISIONS), self.kafka_version,
-                                     parts.get(StreamPart.ZK_TIME))
+            out, after = step_key(cluster, bucket, parts, carried, self.kafka_version)
             for name, value in self.bucket_parts.items():
-                if getattr(state, name) is not getattr(carried, name):  # the step returns untouched parts as they were
-                    value.update((ipc_bytes(getattr(state, name)),))
+                if getattr(after, name) is not getattr(carried, name):  # the step returns untouched parts as they were
+                    value.update((ipc_bytes(getattr(after, name)),))
         tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
         if tables:
             yield pd.DataFrame({"cluster": [cluster] * len(tables), BUCKET_COLUMN: [bucket] * len(tables),
@@ -229,7 +185,7 @@ class PipelineProcessor(StatefulProcessor):
                                 PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
 
     def _bucket_state(self) -> BucketState:
-        empty = BucketState.empty(_META_ARROW)
+        empty = BucketState.empty(META_SEQ)
         parts = {}
         for name, value in self.bucket_parts.items():
             stored = value.get() if value.exists() else None
@@ -333,12 +289,9 @@ def stateful_rebuild(spark: SparkSession, lake: Lake, checkpoint: str | Path, *,
     that continue from each other's state, and a decision then meets the writes of its batch and before.
     """
     shutil.rmtree(checkpoint, ignore_errors=True)
-    writer = checkpoint_writer(checkpoint)
-    for spec in DERIVED:
-        if lake.exists(spec.name):
-            lake.overwrite(spec.name, spark_arrow_schema(spec).empty_table(), writer_id=f"{writer}-reset", batch_seq=0)
+    reset_derived(lake, checkpoint_writer(checkpoint))
     query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
                                  available_now=True, max_files_per_trigger=max_files_per_trigger,
                                  max_bytes_per_trigger=max_bytes_per_trigger)
     query.awaitTermination()
-    return {spec.name: lake.row_count(spec.name) if lake.exists(spec.name) else 0 for spec in DERIVED}
+    return derived_counts(lake)

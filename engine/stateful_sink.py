@@ -32,6 +32,7 @@ from pyspark.sql import types as T
 
 from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
 from engine.writes import COMMITTED
+from lakehouse.arrow_schema import arrow_schema
 from lakehouse.files import DataFile, cluster_tag, write_data_file
 from lakehouse.lake import Lake, crash_point
 from lakehouse.spark_schema import spark_arrow_schema, spark_schema
@@ -63,35 +64,54 @@ WRITTEN = T.StructType([
     T.StructField("size", T.LongType()), T.StructField("rows", T.LongType()), T.StructField("stats", T.StringType()),
     T.StructField("modified_ms", T.LongType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
 """What the executors send back: a written file's add-action fields, or (anomalies) the packed rows."""
-_WRITTEN_ARROW = pa.schema([pa.field(f.name, t) for f, t in zip(WRITTEN.fields, (
+WRITTEN_ARROW = pa.schema([pa.field(f.name, t) for f, t in zip(WRITTEN.fields, (
     pa.string(), pa.string(), pa.int32(), pa.string(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.binary()),
     strict=True)])
 _REPLACED_NAMES = frozenset(spec.name for spec in REPLACED)
+DERIVED: tuple[TableSpec, ...] = (ANOMALIES, *APPENDED, *REPLACED)
+"""Every table the pipeline writes."""
+
+
+def reset_derived(lake: Lake, writer_id: str) -> None:
+    """Empty every derived table that exists (a rebuild starts over), once per writer."""
+    for spec in DERIVED:
+        if lake.exists(spec.name):
+            lake.overwrite(spec.name, arrow_schema(spec).empty_table(), writer_id=f"{writer_id}-reset", batch_seq=0)
+
+
+def derived_counts(lake: Lake) -> dict[str, int]:
+    """Each derived table's row count (0 for a table not there)."""
+    return {spec.name: lake.row_count(spec.name) if lake.exists(spec.name) else 0 for spec in DERIVED}
+
+
+def output_record(lake_root: str, table: str, cluster: str, bucket: int, packed: bytes) -> dict[str, Any]:
+    """One key's rows of one output table (Arrow IPC) as the sink needs them: anomalies as they are, any other
+    table written as a data file of that table, of which only the add action's fields come back."""
+    record: dict[str, Any] = {TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket}
+    if table == ANOMALIES.name:
+        return {**record, PACKED_COLUMN: packed}
+    lake = Lake(lake_root, cluster)
+    f = write_data_file(lake.table_path(table), table, lake.conform(table, ipc_table(packed)),
+                        (cluster, bucket) if table in _REPLACED_NAMES else None)
+    return {**record, "path": f.path, "size": f.size, "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms}
+
+
+def output_records(records: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(records, schema=WRITTEN_ARROW)
 
 
 class _WriteOutputs:
-    """``mapInArrow`` on the operator's packed rows: each (key, table) written as one data file of that table;
-    anomalies passed back as they are."""
+    """``mapInArrow`` on the operator's packed rows (one per key and table), on the executors: ``output_record``."""
 
     def __init__(self, lake_root: str) -> None:
         self.lake_root = lake_root
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out: list[dict[str, Any]] = []
-        for batch in batches:
-            for table, cluster, bucket, blob in zip(*(batch.column(c).to_pylist() for c in (
-                    TABLE_COLUMN, "cluster", BUCKET_COLUMN, PACKED_COLUMN)), strict=True):
-                if table == ANOMALIES.name:
-                    out.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, PACKED_COLUMN: blob})
-                    continue
-                lake = Lake(self.lake_root, cluster)
-                rows = lake.conform(table, ipc_table(blob))
-                key = (cluster, bucket) if table in _REPLACED_NAMES else None
-                f = write_data_file(lake.table_path(table), table, rows, key)
-                out.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, "path": f.path,
-                            "size": f.size, "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms})
+        out = [output_record(self.lake_root, *row) for batch in batches for row in zip(
+            *(batch.column(c).to_pylist() for c in (TABLE_COLUMN, "cluster", BUCKET_COLUMN, PACKED_COLUMN)),
+            strict=True)]
         if out:
-            yield pa.RecordBatch.from_pylist(out, schema=_WRITTEN_ARROW)
+            yield from output_records(out).to_batches()
 
 
 def one_per_id(found: pa.Table) -> pa.Table:
@@ -140,18 +160,11 @@ class StatefulSink:
         if last is not None and last >= batch_id:  # every commit of this batch is in: a replay writes nothing
             log.info("stateful query batch %d: already committed, skipped", batch_id)
             return
-        for spec in (*APPENDED, *REPLACED):
-            self.lake.ensure(spec.name)
+        self.ensure_tables()
         # the one job: the operator runs, the executors write the files, the driver gets their fields
         got = records.mapInArrow(_WriteOutputs(self.lake.root), WRITTEN).toArrow()
         lap("query and files")
-        new = self._commit_anomalies(got, batch_id)
-        lap("anomalies")
-        files = self._files(got)
-        others = [spec for spec in (*APPENDED, *REPLACED[:-1]) if files.get(spec.name)]
-        for done in [self._pool.submit(self._commit, spec, files[spec.name], batch_id) for spec in others]:
-            done.result()
-        self._commit(PARTITION_STATE, files.get(PARTITION_STATE.name, []), batch_id)
+        files, new = self.commit(got, batch_id)
         lap("commits")
         if self.quality:
             self._check(records.sparkSession, files, new, batch_id)
@@ -160,6 +173,23 @@ class StatefulSink:
                  ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))
         if self.maintenance is not None:
             self.maintenance.after_batch()
+
+    def ensure_tables(self) -> None:
+        """Create the derived tables that do not exist yet (before any file is written into their folders)."""
+        for spec in DERIVED:
+            self.lake.ensure(spec.name)
+
+    def commit(self, got: pa.Table, batch_id: int) -> tuple[dict[str, list[tuple[tuple[str, int] | None, DataFile]]],
+                                                            pa.Table]:
+        """Commit a batch's outputs (``output_records``) in the sink's order; returns its files by table and its
+        new anomalies."""
+        new = self._commit_anomalies(got, batch_id)
+        files = self._files(got)
+        others = [spec for spec in (*APPENDED, *REPLACED[:-1]) if files.get(spec.name)]
+        for done in [self._pool.submit(self._commit, spec, files[spec.name], batch_id) for spec in others]:
+            done.result()
+        self._commit(PARTITION_STATE, files.get(PARTITION_STATE.name, []), batch_id)
+        return files, new
 
     def _files(self, got: pa.Table) -> dict[str, list[tuple[tuple[str, int] | None, DataFile]]]:
         files: dict[str, list[tuple[tuple[str, int] | None, DataFile]]] = {}

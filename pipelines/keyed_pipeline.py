@@ -1,0 +1,94 @@
+"""The pipeline, composed once: bronze rows routed to keys, then one step per key over that key's carried state.
+
+Keys are ``(cluster, bucket)``: a bucket is a fixed set of partitions (``pipelines.bucket_fold``), bucket
+``CLUSTER_STAGE`` a cluster's cluster-wide work (``pipelines.cluster_stage``). ``route_znode_rows`` and
+``route_decision_rows`` are row-local (any split of the bronze rows routes the same); ``step_key`` is the one
+place where a key's batch meets its state and where every output table's rows are made. Spark's stateful
+operator runs it per key per micro-batch (``engine.stateful``); ``engine.local_run`` runs the same steps in the
+driver for small histories and tests. Arrow only: no Spark, no lake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakehouse.spark_schema import spark_arrow_schema
+from models.events import Source
+from models.states import DEFAULT_KAFKA_VERSION
+from models.tables import METADATA_EVENTS
+from pipelines.bucket_fold import (
+    BUCKET_COLUMN,
+    CLUSTER_STAGE,
+    EMIT_COLUMN,
+    GLOBAL_COLUMNS,
+    BucketState,
+    at_stage,
+    bucket_step,
+    route,
+    route_decisions,
+    zk_times,
+)
+from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
+from pipelines.decode import decode_table, split_decoded
+from pipelines.detectors import GAP_COLUMNS
+
+SEQ_COLUMN = "_seq"
+META_SEQ = pa.schema([*spark_arrow_schema(METADATA_EVENTS), pa.field(SEQ_COLUMN, pa.int32())])
+"""A decoded metadata event as the keys receive it: ``metadata_events``' columns and its order within its zxid."""
+GLOBAL_SCHEMA = pa.schema([META_SEQ.field(c) for c in GLOBAL_COLUMNS])
+ROUTED_EVENTS = META_SEQ.append(pa.field(EMIT_COLUMN, pa.bool_()))
+
+KeyState = BucketState | ClusterState
+
+
+def route_znode_rows(bronze: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
+    """Bronze ``znode_events`` rows decoded at once (a change both collectors delivered is deduplicated within
+    them) and routed: each part's rows with the ``bucket`` column of the key they go to. Quarantine, gap rows
+    and the transaction log's zxid range go to the cluster's stage; each cluster's latest ZooKeeper time to all
+    its buckets."""
+    meta, quarantine = split_decoded(decode_table(bronze))
+    gaps = bronze.filter(pc.fill_null(pc.greater(bronze["missed_versions"], 0), False)).select(list(GAP_COLUMNS))
+    txn = bronze.filter(pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False))
+    ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
+    ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
+    return [(StreamPart.EVENTS, route(meta.select(META_SEQ.names).cast(META_SEQ), buckets)),
+            (StreamPart.ZK_TIME, zk_times(meta, buckets)), (StreamPart.QUARANTINE, at_stage(quarantine)),
+            (StreamPart.GAPS, at_stage(gaps)), (StreamPart.TXNLOG, at_stage(ranges))]
+
+
+def route_decision_rows(decisions: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
+    """Bronze ``controller_decisions`` rows, each to its cluster's stage and, about one partition, its bucket."""
+    return [(StreamPart.DECISIONS, route_decisions(decisions, buckets))]
+
+
+def empty_state(bucket: int) -> KeyState:
+    """A key's state before its first batch."""
+    return ClusterState.empty(GLOBAL_SCHEMA) if bucket == CLUSTER_STAGE else BucketState.empty(META_SEQ)
+
+
+def step_key(cluster: str, bucket: int, parts: dict[StreamPart, pa.Table], state: KeyState,
+             kafka_version: str = DEFAULT_KAFKA_VERSION) -> tuple[dict[str, pa.Table], KeyState]:
+    """One key's batch: (its rows of each output table by table name, its next state). ``parts``: the routed
+    rows the key received this batch, by kind, without the ``bucket`` column."""
+    if isinstance(state, ClusterState):
+        return cluster_step(cluster, state, parts)
+    events = parts.get(StreamPart.EVENTS, ROUTED_EVENTS.empty_table())
+    return bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), kafka_version,
+                       parts.get(StreamPart.ZK_TIME))
+
+
+def by_key(rows: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """``rows`` split by their (cluster, bucket), without the bucket column."""
+    if rows.num_rows == 0:
+        return
+    rows = rows.sort_by([("cluster", "ascending"), (BUCKET_COLUMN, "ascending")])
+    cluster = rows["cluster"].to_numpy(zero_copy_only=False)
+    bucket = rows[BUCKET_COLUMN].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (cluster[1:] != cluster[:-1]) | (bucket[1:] != bucket[:-1])])
+    body = rows.drop_columns([BUCKET_COLUMN])
+    for a, b in zip(starts, np.r_[starts[1:], len(bucket)], strict=True):
+        yield str(cluster[a]), int(bucket[a]), body.slice(a, b - a)
