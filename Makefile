@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java maven jars browser test lint demo demo-kafka bench dist clean zk-start zk-status zk-stop
+.PHONY: help venv java maven jars browser test test-fast lint demo demo-kafka bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
 	@echo "make demo-kafka   a controller failover and a zombie attempt on real Kafka 3.9 brokers"
 	@echo "make test   install from nothing, lint, and run the whole test suite"
+	@echo "make test-fast   the tests that need no JVM (no Spark, ZooKeeper, Kafka): the venv only, under 3 minutes"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make dist   build dist/zkledger.zip (spark-submit --py-files) and dist/jars/ (Delta's connector, --jars)"
 	@echo "make jars   install the pinned JVM artifacts (Delta's connector, Kafka brokers) into .jvm/ (Maven, once)"
@@ -68,6 +69,13 @@ lint: venv
 TEST_WORKERS ?= 2
 test: venv java jars browser lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+
+# The tests with none of the JVM markers (set from the fixtures a test uses, tests/conftest.py): no Java, jars
+# or lint. The two report tests still need chromium (`make browser`). Spread test by test (no --dist
+# loadfile): no file here builds an expensive module fixture.
+FAST_MARKERS := not spark and not zookeeper and not kafka and not cluster and not benchmark
+test-fast: venv
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 -m "$(FAST_MARKERS)" tests
 
 demo: venv java jars
 	$(VENV)/bin/zkledger --lake $(LAKE) demo

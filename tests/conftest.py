@@ -1,6 +1,11 @@
 """Shared fixtures: a real ZooKeeper, a real Spark session, a Lake on disk, default settings; and the one
 comparison of derived tables that every differential test uses (`assert_same_tables`).
 
+Each test is marked from the fixtures it uses (`FIXTURE_MARKS`): `spark`, `zookeeper`, `kafka`, `cluster`
+(each needs a JVM) and `slow` (minutes). A test or fixture that starts a JVM without one of the fixtures
+below requests a no-op fixture that states it (`starts_zookeeper`, `starts_spark`, ...). `make test-fast` runs
+the tests with none of the JVM markers.
+
 Nothing here imports another package's module at import time but the pure `models` (not lakehouse, collectors,
 ...), so this file keeps working while those packages are being written.
 """
@@ -93,6 +98,60 @@ def lake(tmp_path: Path) -> Any:
     from lakehouse import Lake
 
     return Lake(tmp_path / "lake", cluster="test")
+
+
+# No-op fixtures that state a need the test's other fixtures do not show: a JVM it starts by itself (a
+# subprocess, a server object), or minutes of run time. Session scope, so that fixtures of any scope can
+# request them too.
+@pytest.fixture(scope="session")
+def starts_zookeeper() -> None:
+    """The test starts a Java ZooKeeper of its own (EmbeddedZooKeeper, `zkledger zk start`)."""
+
+
+@pytest.fixture(scope="session")
+def starts_spark() -> None:
+    """The test runs a process that builds a Spark session (`zkledger rebuild|monitor`, a Spark job)."""
+
+
+@pytest.fixture(scope="session")
+def starts_kafka() -> None:
+    """The test starts real Kafka brokers (kafkalab), with the ZooKeeper they need."""
+
+
+@pytest.fixture(scope="session")
+def starts_spark_cluster() -> None:
+    """The test starts a Spark standalone master and workers."""
+
+
+@pytest.fixture(scope="session")
+def takes_minutes() -> None:
+    """The test (or a fixture it needs the first time) takes minutes."""
+
+
+# fixture -> the markers every test that needs it gets
+FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
+    "spark": ("spark",),
+    "starts_spark": ("spark",),
+    "zk_server": ("zookeeper",),
+    "starts_zookeeper": ("zookeeper",),
+    "starts_kafka": ("kafka", "zookeeper"),  # ZooKeeper-mode brokers
+    "starts_spark_cluster": ("cluster", "spark"),
+    "takes_minutes": ("slow",),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test from its fixtures (`fixturenames` holds those its fixtures need, too). `integration` is
+    the older name of `zookeeper` and still written in test files: each implies the other."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        marks = {m for name in names & FIXTURE_MARKS.keys() for m in FIXTURE_MARKS[name]}
+        if "zookeeper" in marks or item.get_closest_marker("integration") is not None:
+            marks |= {"zookeeper", "integration"}
+        for mark in sorted(marks):
+            if item.get_closest_marker(mark) is None:
+                item.add_marker(mark)
 
 
 # Every table a run derives from bronze: two runs of one history must write them identically.

@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 from zkledger.errors import ZooKeeperServerError
 from zkledger.zk_server import EmbeddedZooKeeper, port_in_use, running_state, terminate
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("starts_zookeeper")]
 
 
 def zkledger(*args: str) -> subprocess.CompletedProcess[str]:

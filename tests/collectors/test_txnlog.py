@@ -159,6 +159,7 @@ def _two_logs(data_dir: Path) -> None:
         server.stop()
 
 
+@pytest.mark.usefixtures("starts_zookeeper")
 def test_a_corrupt_entry_inside_a_finished_log_is_a_reported_gap(tmp_path: Path, lake: Any) -> None:
     _two_logs(tmp_path / "zk")
     (first_zxid, first), (next_first, _second) = log_files(tmp_path / "zk")[:2]
@@ -186,6 +187,7 @@ def test_a_corrupt_entry_inside_a_finished_log_is_a_reported_gap(tmp_path: Path,
     assert first_zxid < created[0] < next_first
 
 
+@pytest.mark.usefixtures("starts_zookeeper")
 def test_a_torn_last_entry_before_a_new_epoch_is_no_gap(tmp_path: Path, lake: Any) -> None:
     _two_logs(tmp_path / "zk")
     (_z, first), (_next, second) = log_files(tmp_path / "zk")[:2]
@@ -262,6 +264,7 @@ def test_snapshot_reader_reads_the_tree(zk_server: Any) -> None:
     assert {"", "/zookeeper"} <= {n.path for n in snap.nodes}
 
 
+@pytest.mark.usefixtures("starts_zookeeper")
 def test_purged_logs_start_from_the_snapshot(tmp_path: Path, lake: Any) -> None:
     from zkledger.zk_server import EmbeddedZooKeeper
 
@@ -315,6 +318,7 @@ def test_cli_collect_txnlog_and_zk(
     assert "no such directory" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("starts_zookeeper")
 def test_the_newest_log_damaged_in_the_middle_is_a_gap_and_the_rest_is_read(tmp_path: Path, lake: Any) -> None:
     from zkledger.zk_server import EmbeddedZooKeeper
 

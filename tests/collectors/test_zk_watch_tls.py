@@ -49,7 +49,7 @@ class TlsZooKeeper:
 
 
 @pytest.fixture(scope="module")
-def tls_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsZooKeeper]:
+def tls_zk(tmp_path_factory: pytest.TempPathFactory, starts_zookeeper: None) -> Iterator[TlsZooKeeper]:
     base = tmp_path_factory.mktemp("zk-tls")
     tls = make_tls_material(base / "certs")
     secure_port = free_port()

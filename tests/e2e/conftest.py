@@ -26,7 +26,8 @@ Chunk = list[tuple[str, pa.Table]]
 
 
 @pytest.fixture(scope="session")
-def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Run]]:
+def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory,
+         takes_minutes: None) -> Iterator[dict[tuple[str, str], Run]]:
     """Every built-in scenario played, collected and rebuilt once per worker (`tests/e2e/scenario_lakes.py`)."""
     yield play_all(zk_server, spark, tmp_path_factory.mktemp("e2e"))
 

@@ -345,7 +345,9 @@ CASES: list[tuple[str, Way]] = [
 
 
 @pytest.mark.parametrize(("scenario", "way"), [
-    pytest.param(s, w, id=f"{s}/{w.name}", marks=[pytest.mark.integration] if s in PLAYED else [])
+    # a played scenario asks for `runs` at run time: its marks are not derived from the test's fixtures
+    pytest.param(s, w, id=f"{s}/{w.name}",
+                 marks=[pytest.mark.integration, pytest.mark.slow] if s in PLAYED else [])
     for s, w in CASES])
 def test_a_way_of_running_ends_with_the_rebuilds_tables(scenarios: Callable[[str], Scenario], spark: Any,
                                                          tmp_path: Path, scenario: str, way: Way) -> None:

@@ -26,7 +26,8 @@ TABLES = ("partition_transitions", "anomalies")
 
 
 @pytest.fixture(scope="module")
-def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory, starts_spark_cluster: None,
+                       takes_minutes: None) -> Iterator[StandaloneCluster]:
     """A real standalone master and two workers (1 core, 1g each) from the pinned PySpark; stopped at the end."""
     with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers_n=2, cores=1, memory="1g") as cluster:
         yield cluster

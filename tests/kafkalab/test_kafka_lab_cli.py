@@ -18,6 +18,7 @@ def zkledger(lake: Path, *args: str, timeout: float = 180) -> subprocess.Complet
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.usefixtures("starts_kafka")
 def test_start_leaves_a_broker_running_and_stop_stops_it(tmp_path: Path) -> None:
     from kazoo.client import KazooClient
 
@@ -56,6 +57,7 @@ def test_bad_input_is_a_one_line_error(tmp_path: Path, args: tuple[str, ...], me
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.usefixtures("starts_kafka", "starts_spark", "takes_minutes")  # brokers, then `zkledger rebuild`
 def test_run_plays_scenarios_and_shows_the_comparison_and_the_report(tmp_path: Path) -> None:
     """What `make demo-kafka` runs, on a shorter list: brokers up, scenarios played, zkledger's history against
     Kafka's answers printed, the report written, a one-line summary, exit 0."""

@@ -43,7 +43,9 @@ if os.environ.get("KAFKA_MATRIX") == "1":  # the older line that needs a swapped
 
 
 @pytest.fixture(scope="module", params=list(PLAN))
-def lab(request: pytest.FixtureRequest, zk_server: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabResult]:
+def lab(request: pytest.FixtureRequest, zk_server: object, tmp_path_factory: pytest.TempPathFactory,
+        starts_kafka: None, starts_spark: None, takes_minutes: None) -> Iterator[LabResult]:
+    """Every scenario played on real brokers, then `zkledger rebuild` (a Spark process): minutes per line."""
     line = request.param
     run = LabRun(line, tmp_path_factory.mktemp(f"kafka-{line}"), zk_server)  # type: ignore[arg-type]
     with run:
