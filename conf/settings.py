@@ -16,7 +16,6 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -75,18 +74,8 @@ class StreamingSettings:
     max_files_per_trigger: int
 
 
-class PipelineEngine(StrEnum):
-    """What runs ``rebuild`` and ``monitor``."""
-
-    IN_PROCESS = "in-process"  # engine.rebuild / engine.monitor: the increments' kernels in the driver
-    STATEFUL = "stateful"  # engine.stateful: one Spark stateful streaming query, executors doing the work
-
-
 @dataclass(frozen=True)
 class PipelineSettings:
-    local_max_rows: int
-    rebuild_chunk_rows: int
-    engine: str
     buckets: int
 
 
@@ -142,9 +131,6 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "spark.log_level": (lambda v: v.upper() in _LOG_LEVELS, "one of " + ", ".join(sorted(_LOG_LEVELS))),
     "streaming.trigger_seconds": (lambda v: v > 0, "a positive number"),
     "streaming.max_files_per_trigger": (lambda v: v > 0, "a positive integer"),
-    "pipeline.local_max_rows": (lambda v: v >= 0, "a non-negative integer (0 = always through Spark)"),
-    "pipeline.rebuild_chunk_rows": (lambda v: v >= 0, "a non-negative integer (0 = the whole history at once)"),
-    "pipeline.engine": (lambda v: v in tuple(PipelineEngine), "one of " + ", ".join(PipelineEngine)),
     "pipeline.buckets": (lambda v: v > 0, "a positive integer"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),

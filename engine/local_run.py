@@ -21,10 +21,39 @@ from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.bucket_fold import ipc_bytes
 from pipelines.cluster_stage import StreamPart
-from pipelines.keyed_pipeline import by_key, empty_state, route_decision_rows, route_znode_rows, step_key
+from pipelines.keyed_pipeline import (
+    KeyState,
+    by_key,
+    empty_state,
+    route_decision_rows,
+    route_znode_rows,
+    step_key,
+)
 
 LOCAL_WRITER = "local-run"
 """The app-transaction id of this runner's commits (its one batch is batch 0 after each reset)."""
+
+
+class LocalRunner:
+    """The steps run key after key in this process, each key's state held here between batches (what Spark's
+    operator does per key, with its state store)."""
+
+    def __init__(self, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
+        self.buckets, self.kafka_version = buckets, kafka_version
+        self.states: dict[tuple[str, int], KeyState] = {}
+
+    def step(self, bronze: pa.Table, decisions: pa.Table) -> list[tuple[str, int, str, pa.Table]]:
+        """One batch of bronze rows (``spark_arrow_schema`` shaped): each key's (cluster, bucket, table, rows)."""
+        keyed: dict[tuple[str, int], dict[StreamPart, pa.Table]] = {}
+        for part, rows in [*route_znode_rows(bronze, self.buckets), *route_decision_rows(decisions, self.buckets)]:
+            for cluster, bucket, body in by_key(rows):
+                keyed.setdefault((cluster, bucket), {})[part] = body
+        out = []
+        for (cluster, bucket), parts in sorted(keyed.items()):
+            state = self.states.get((cluster, bucket)) or empty_state(bucket)
+            tables, self.states[(cluster, bucket)] = step_key(cluster, bucket, parts, state, self.kafka_version)
+            out += [(cluster, bucket, table, rows) for table, rows in tables.items() if rows.num_rows]
+        return out
 
 
 def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION,
@@ -32,24 +61,17 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     """Rebuild every derived table of ``lake`` in this process; returns each derived table's row count."""
     reset_derived(lake, writer_id)
     writer = f"{writer_id}-{uuid.uuid4().hex[:12]}"  # a writer per run: each run's batch is its batch 0
-    routed = [*route_znode_rows(_bronze(lake, ZNODE_EVENTS.name), buckets),
-              *route_decision_rows(_bronze(lake, CONTROLLER_DECISIONS.name), buckets)]
-    keyed: dict[tuple[str, int], dict[StreamPart, pa.Table]] = {}
-    for part, rows in routed:
-        for cluster, bucket, body in by_key(rows):
-            keyed.setdefault((cluster, bucket), {})[part] = body
     sink = StatefulSink(lake, writer)
     sink.ensure_tables()
-    records = []
-    for (cluster, bucket), parts in sorted(keyed.items()):
-        out, _ = step_key(cluster, bucket, parts, empty_state(bucket), kafka_version)
-        records += [output_record(lake.root, table, cluster, bucket, ipc_bytes(rows))
-                    for table, rows in out.items() if rows.num_rows]
-    sink.commit(output_records(records), 0)
+    outputs = LocalRunner(buckets, kafka_version).step(bronze_rows(lake, ZNODE_EVENTS.name),
+                                                       bronze_rows(lake, CONTROLLER_DECISIONS.name))
+    sink.commit(output_records([output_record(lake.root, table, cluster, bucket, ipc_bytes(rows))
+                                for cluster, bucket, table, rows in outputs]), 0)
     return derived_counts(lake)
 
 
-def _bronze(lake: Lake, table: str) -> pa.Table:
+def bronze_rows(lake: Lake, table: str) -> pa.Table:
+    """A bronze table's rows as the Spark query reads them (``spark_arrow_schema``)."""
     schema = spark_arrow_schema(table)
     rows = lake.read_arrow(table) if lake.exists(table) else schema.empty_table()
     return rows.select(schema.names).cast(schema)

@@ -51,6 +51,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from engine.stateful_sink import (
+    DERIVED,
     PACKED_COLUMN,
     TABLE_COLUMN,
     StatefulSink,
@@ -80,6 +81,7 @@ from pipelines.keyed_pipeline import (
     route_znode_rows,
     step_key,
 )
+from zkledger.errors import UserError
 
 if TYPE_CHECKING:
     from lakehouse import Lake
@@ -211,6 +213,11 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     the driver with each batch's new anomalies once they are committed. ``quality``: the quality suites on
     each batch's new rows; ``maintain_every_s``: the lake's maintenance between batches this often (0: never).
     """
+    if writer_id is None and not (Path(checkpoint) / WRITER_FILE).exists():
+        foreign = [spec.name for spec in DERIVED if lake.exists(spec.name) and lake.row_count(spec.name)]
+        if foreign:  # a fresh query would write every event of the history next to them again
+            raise UserError(f"the derived tables ({', '.join(foreign)}) hold rows this checkpoint did not write: "
+                            f"run `zkledger rebuild` (it starts the monitor's checkpoint at {checkpoint} afresh)")
     writer_id = writer_id or checkpoint_writer(checkpoint)
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
@@ -224,23 +231,23 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()
-    spark.streams.addListener(ProgressLog(str(query.id)))
+    if id(spark) not in _LOGGED_SESSIONS:  # one listener per session logs every query
+        spark.streams.addListener(ProgressLog())
+        _LOGGED_SESSIONS.add(id(spark))
     return query
 
 
-class ProgressLog(StreamingQueryListener):
-    """Each micro-batch of one query as one INFO line: rows in, and where its time went (Spark's own phases)."""
+_LOGGED_SESSIONS: set[int] = set()
 
-    def __init__(self, query_id: str) -> None:
-        self.query_id = query_id
+
+class ProgressLog(StreamingQueryListener):
+    """Each micro-batch as one INFO line: rows in, and where its time went (Spark's own phases)."""
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        if str(progress.id) != self.query_id:
-            return
         phases = ", ".join(f"{k} {v / 1000:.1f} s" for k, v in sorted(progress.durationMs.items(), key=lambda kv: -kv[1])
                            if k != "triggerExecution" and v >= 100)
         log.info("stateful query batch %d done: %d rows in %.1f s (%s)", progress.batchId, progress.numInputRows,

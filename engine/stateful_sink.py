@@ -31,7 +31,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
-from engine.writes import COMMITTED
 from lakehouse.arrow_schema import arrow_schema
 from lakehouse.files import DataFile, cluster_tag, write_data_file
 from lakehouse.lake import Lake, crash_point
@@ -55,6 +54,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TABLE_COLUMN, PACKED_COLUMN = "table", "packed"
+COMMITTED = "committed_"
+"""Crash hook stage after a table's commit: ``ZKLEDGER_LAKE_CRASH=committed_<table>:<batch>`` (tests)."""
 APPENDED: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
 REPLACED: tuple[TableSpec, ...] = (CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
 """Tables a key writes whole (its state): its new file replaces its old one. ``partition_state`` last."""

@@ -1,15 +1,14 @@
 """spark-submit entry point for the streaming monitor.
 
-    spark-submit --py-files dist/zkledger.zip jobs/monitor.py --lake ./lake --cluster local [--available-now] [--engine stateful]
+    spark-submit --py-files dist/zkledger.zip jobs/monitor.py --lake ./lake --cluster local [--available-now]
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conf.settings import PipelineEngine
-from engine.monitor import drain_monitor, monitor_checkpoint, start_monitor
-from engine.stateful import start_stateful_query, stateful_checkpoint
+from engine.monitor import start_monitor
+from engine.stateful import stateful_checkpoint
 from jobs._args import job_context, job_parser
 
 
@@ -22,8 +21,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also POST each new anomaly as JSON to URL (default: settings monitor.webhook)")
     parser.add_argument("--quality", action="store_true",
                         help="run the quality suites on each micro-batch (default: settings monitor.quality_each_batch)")
-    parser.add_argument("--engine", choices=tuple(PipelineEngine), default=None,
-                        help="what runs it (default: settings pipeline.engine)")
     args = parser.parse_args(argv)
     settings, lake = job_context(args)
     from zkledger.alerts import AnomalyAlerter
@@ -31,26 +28,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     alerter = AnomalyAlerter(args.webhook or settings.monitor.webhook or None)
     quality = args.quality or settings.monitor.quality_each_batch
-    spark, checkpoint = build_spark(settings, "zkledger-monitor"), monitor_checkpoint(settings.streaming.checkpoint_root, settings.lake.root)
+    trigger = args.trigger if args.trigger is not None else settings.streaming.trigger_seconds
     try:
-        if PipelineEngine(args.engine or settings.pipeline.engine) is PipelineEngine.STATEFUL:
-            trigger = args.trigger if args.trigger is not None else settings.streaming.trigger_seconds
-            start_stateful_query(spark, lake, stateful_checkpoint(settings.streaming.checkpoint_root, settings.lake.root),
-                                 buckets=settings.pipeline.buckets, available_now=args.available_now,
-                                 processing_time=None if args.available_now else f"{trigger} seconds",
-                                 max_files_per_trigger=settings.streaming.max_files_per_trigger,
-                                 publish=alerter.publish, quality=quality,
-                                 maintain_every_s=3600 * settings.monitor.maintain_every_hours).awaitTermination()
-        elif args.available_now:
-            drain_monitor(spark, lake, checkpoint, publish=alerter.publish, quality=quality,
-                          local_max_rows=settings.pipeline.local_max_rows,
-                          max_files_per_trigger=settings.streaming.max_files_per_trigger)
-        else:
-            trigger = args.trigger if args.trigger is not None else settings.streaming.trigger_seconds
-            start_monitor(spark, lake, checkpoint, trigger_seconds=trigger, publish=alerter.publish, quality=quality,
-                          local_max_rows=settings.pipeline.local_max_rows,
-                          max_files_per_trigger=settings.streaming.max_files_per_trigger,
-                          maintain_every_s=3600 * settings.monitor.maintain_every_hours).awaitTermination()
+        start_monitor(build_spark(settings, "zkledger-monitor"), lake,
+                      stateful_checkpoint(settings.streaming.checkpoint_root, settings.lake.root),
+                      trigger_seconds=trigger, available_now=args.available_now, buckets=settings.pipeline.buckets,
+                      publish=alerter.publish, quality=quality,
+                      max_files_per_trigger=settings.streaming.max_files_per_trigger,
+                      maintain_every_s=3600 * settings.monitor.maintain_every_hours).awaitTermination()
     finally:
         alerter.close()
     return 0

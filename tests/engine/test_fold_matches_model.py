@@ -1,9 +1,10 @@
-"""The pipelines' state machines equal the reference fold (models.fold.project_metadata) on random histories.
+"""The pipelines' state machines equal the reference fold (models.reference_fold.project_metadata) on random histories.
 
 Random ZooKeeper histories (brokers coming and going, controller failovers, topics created, written, reassigned,
-deletion requested and deleted) go through the real increment engine, in one increment or several (the monitor's
-carried state), in process or through Spark. The reference folds the same decoded events row at a time. Both
-must agree on every step (including the failover re-seeds) and on the final states.
+deletion requested and deleted) go through the pipeline's one composition (``pipelines.keyed_pipeline``, its
+keys stepped in this process by ``engine.local_run.LocalRunner``), in one batch or several (each key's carried
+state). The reference folds the same decoded events row at a time. Both must agree on every step (including the
+failover re-seeds) and on the final states. (The Spark query runs the same steps: tests/engine/test_stateful_query.py.)
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.carry import MonitorCarry
-from engine.increment import _arrow_schema, _empty_arrow, run_increment
+from engine.local_run import LocalRunner
+from lakehouse.spark_schema import spark_arrow_schema
 from models.events import MetadataEvent, MetadataEventType
-from models.fold import MetadataProjection, project_metadata
+from models.tables import CONTROLLER_DECISIONS, METADATA_EVENTS, ZNODE_EVENTS
+from pipelines.bucket_fold import BucketState
+from models.reference_fold import MetadataProjection, project_metadata
 from simulator import payloads as zc
 from tests.history import History
 
@@ -81,23 +84,25 @@ def histories(draw: Any) -> tuple[list[dict[str, Any]], str, list[int]]:
     return h.rows, draw(st.sampled_from(["2.2", "2.8"])), cuts
 
 
-def _pipeline(spark: Any, rows: list[dict[str, Any]], version: str, cuts: list[int],
-              through_spark: bool) -> tuple[pa.Table, dict[str, pa.Table]]:
-    """All increments through the engine: (every metadata event, the last outputs)."""
-    schema = _arrow_schema("znode_events")
-    carry = MonitorCarry.fresh(None, (rows[0]["zxid"], rows[-1]["zxid"]))  # type: ignore[arg-type]
-    metas, outs = [], []
+TABLES = ("metadata_events", "partition_transitions", "replica_transitions")
+
+
+def _pipeline(rows: list[dict[str, Any]], version: str, cuts: list[int]) -> tuple[pa.Table, dict[str, pa.Table]]:
+    """Every batch through the keys' steps: (every metadata event, the steps and the keys' final states)."""
+    schema = spark_arrow_schema(ZNODE_EVENTS)
+    runner = LocalRunner(buckets=4, kafka_version=version)
+    out: dict[str, list[pa.Table]] = {t: [spark_arrow_schema(t).empty_table()] for t in TABLES}
     for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
-        chunk = pa.Table.from_pylist([{f: r.get(f) for f in schema.names} for r in rows[lo:hi]], schema=schema)
-        znodes = spark.createDataFrame(chunk) if through_spark else chunk
-        out = run_increment(spark, znodes, _empty_arrow("controller_decisions"), carry.carried, cluster="test",
-                            kafka_version=version)
-        carry.advance(out)
-        metas.append(out["metadata_events"])
-        outs.append(out)
-    steps = {t: pa.concat_tables([o[t] for o in outs]) for t in ("partition_transitions", "replica_transitions")}
-    return pa.concat_tables(metas), {**steps, "partition_state": outs[-1]["partition_state"],
-                                     "replica_state": outs[-1]["replica_state"]}
+        batch = pa.Table.from_pylist([{f: {**r, "cluster": "test"}.get(f) for f in schema.names} for r in rows[lo:hi]],
+                                     schema=schema)
+        for _, _, table, got in runner.step(batch, spark_arrow_schema(CONTROLLER_DECISIONS).empty_table()):
+            if table in out:
+                out[table].append(got.select(spark_arrow_schema(table).names))
+    buckets = [s for s in runner.states.values() if isinstance(s, BucketState)]
+    states = {t: pa.concat_tables([getattr(s, t) for s in buckets]) if buckets else spark_arrow_schema(t).empty_table()
+              for t in ("partition_state", "replica_state")}
+    steps = {t: pa.concat_tables(parts) for t, parts in out.items()}
+    return steps.pop(METADATA_EVENTS.name), {**steps, **states}
 
 
 def _reference(meta: pa.Table, version: str) -> MetadataProjection:
@@ -129,20 +134,19 @@ def _assert_equal(got: dict[str, pa.Table], ref: MetadataProjection) -> None:
     assert len(ids) == len(set(ids))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
-def test_increments_in_process_equal_the_reference(spark: Any, case: tuple[list[dict[str, Any]], str, list[int]]) -> None:
+def test_batches_equal_the_reference(case: tuple[list[dict[str, Any]], str, list[int]]) -> None:
     rows, version, cuts = case
-    meta, got = _pipeline(spark, rows, version, cuts, through_spark=False)
+    meta, got = _pipeline(rows, version, cuts)
     _assert_equal(got, _reference(meta, version))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_increments_through_spark_equal_the_reference(spark: Any, seed: int) -> None:
-    """The Spark path (mapInArrow over key buckets) on a few fixed random histories."""
+def test_fixed_histories_equal_the_reference(seed: int) -> None:
+    """A few fixed histories with failovers, broker churn, a reassignment and a topic deletion."""
     rows, version, cuts = _fixed(seed)
-    meta, got = _pipeline(spark, rows, version, cuts, through_spark=True)
+    meta, got = _pipeline(rows, version, cuts)
     _assert_equal(got, _reference(meta, version))
 
 

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
-    from engine.monitor import monitor_checkpoint
+    from engine.stateful import stateful_checkpoint
     from lakehouse.maintenance import DEFAULT_RETENTION_HOURS, TableReport, check_retention, maintain_tables
     from models.tables import ALL_TABLES
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
     def progress(report: TableReport) -> None:
         print(report.line(), file=sys.stderr, flush=True)
 
-    checkpoint = monitor_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
+    checkpoint = stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
     report = maintain_tables(ctx.lake, args.tables or None, retention_hours=retention,
                              allow_short_retention=args.allow_short_retention, checkpoint_dirs=[checkpoint],
                              zorder=args.zorder, on_table=progress)

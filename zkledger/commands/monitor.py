@@ -1,19 +1,17 @@
-"""`zkledger monitor`: the rebuild pipeline as one Structured Streaming query (foreachBatch, checkpoints)."""
+"""`zkledger monitor`: the pipeline's Spark query on its checkpoint, a micro-batch per trigger."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from conf.settings import PipelineEngine
-
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "monitor", help="run the pipeline as Spark Structured Streaming queries with checkpoints",
-        description="Stream znode_events and controller_decisions through the same increment as `rebuild`, "
-                    "printing each new anomaly as one line when its micro-batch commits. A new checkpoint on a "
-                    "rebuilt lake continues where the rebuild ended; an existing one continues from itself.")
+        description="Stream znode_events and controller_decisions through the same query as `rebuild`, "
+                    "printing each new anomaly as one line when its micro-batch commits. It continues on the "
+                    "checkpoint `rebuild` left (or its own), where the last run ended.")
     parser.add_argument("--trigger", metavar="SECONDS", type=float, default=None,
                         help="micro-batch interval (default: [streaming] trigger_seconds in the settings, 1 s)")
     parser.add_argument("--available-now", action="store_true", help="process what is there, then stop")
@@ -25,14 +23,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--maintain-every", metavar="HOURS", type=float, default=None,
                         help="run `zkledger maintain` between micro-batches this often "
                              "(default: settings monitor.maintain_every_hours; 0 = off)")
-    parser.add_argument("--engine", choices=tuple(PipelineEngine), default=None,
-                        help="what runs it (default: settings pipeline.engine): in-process increments, or the Spark "
-                             "stateful streaming query (its own checkpoint)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    from engine.monitor import drain_monitor, monitor_checkpoint, start_monitor
+    from engine.monitor import start_monitor
+    from engine.stateful import stateful_checkpoint
     from zkledger.alerts import AnomalyAlerter
     from zkledger.errors import UserError
 
@@ -46,36 +42,12 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
     maintain_hours = args.maintain_every if args.maintain_every is not None else ctx.settings.monitor.maintain_every_hours
     if maintain_hours < 0:
         raise UserError("--maintain-every must be >= 0 hours")
-    if PipelineEngine(args.engine or ctx.settings.pipeline.engine) is PipelineEngine.STATEFUL:
-        return _run_stateful(args, ctx, alerter, trigger, quality, 3600 * maintain_hours)
-    checkpoint = monitor_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
-    if args.available_now:
-        try:
-            drain_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, publish=alerter.publish, quality=quality,
-                          local_max_rows=ctx.settings.pipeline.local_max_rows,
-                          max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger)
-        finally:
-            alerter.close()
-        return f"monitor caught up and stopped: {alerter.count} anomalies published"
-    query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake, checkpoint, trigger_seconds=trigger,
-                          publish=alerter.publish, quality=quality,
-                          local_max_rows=ctx.settings.pipeline.local_max_rows,
+    query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake,
+                          stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
+                          trigger_seconds=trigger, available_now=args.available_now,
+                          buckets=ctx.settings.pipeline.buckets, publish=alerter.publish, quality=quality,
                           max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
                           maintain_every_s=3600 * maintain_hours)
-    _until_stopped(query, alerter)
-    return f"monitor stopped: {alerter.count} anomalies published"
-
-
-def _run_stateful(args: argparse.Namespace, ctx: Any, alerter: Any, trigger: float, quality: bool,
-                   maintain_every_s: float) -> str:
-    from engine.stateful import start_stateful_query, stateful_checkpoint
-
-    query = start_stateful_query(
-        ctx.spark("zkledger-monitor"), ctx.lake,
-        stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root), buckets=ctx.settings.pipeline.buckets,
-        available_now=args.available_now, processing_time=None if args.available_now else f"{trigger} seconds",
-        max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger, publish=alerter.publish, quality=quality,
-        maintain_every_s=maintain_every_s)
     _until_stopped(query, alerter)
     if args.available_now:
         return f"monitor caught up and stopped: {alerter.count} anomalies published"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from conf.settings import PipelineEngine
 from models.tables import (
     ANOMALIES,
     DECODE_QUARANTINE,
@@ -19,27 +18,17 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "rebuild", help="batch: bronze -> silver -> state machines -> anomalies, deterministic",
         description="Recompute every derived table from the bronze tables (znode_events, controller_decisions). "
-                    "Running it twice on the same bronze gives identical tables.")
-    parser.add_argument("--engine", choices=tuple(PipelineEngine), default=None,
-                        help="what runs it (default: settings pipeline.engine): in-process kernels in the driver, or "
-                             "the Spark stateful streaming query from a fresh checkpoint (a stateful monitor then "
-                             "continues from it)")
+                    "Running it twice on the same bronze gives identical tables; `monitor` then continues from it.")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, ctx: Any) -> str:
-    engine = PipelineEngine(args.engine or ctx.settings.pipeline.engine)
-    if engine is PipelineEngine.STATEFUL:
-        from engine.stateful import stateful_checkpoint, stateful_rebuild
+    from engine.rebuild import rebuild
+    from engine.stateful import stateful_checkpoint
 
-        counts = stateful_rebuild(ctx.spark("zkledger-rebuild"), ctx.lake,
-                                  stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
-                                  buckets=ctx.settings.pipeline.buckets)
-    else:
-        from engine.rebuild import rebuild
-
-        counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake, ctx.settings.pipeline.local_max_rows,
-                         ctx.settings.pipeline.rebuild_chunk_rows)
+    counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake,
+                     stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
+                     buckets=ctx.settings.pipeline.buckets)
     return (f"rebuilt {counts[METADATA_EVENTS.name]} metadata events, {counts[PARTITION_TRANSITIONS.name]} partition and "
             f"{counts[REPLICA_TRANSITIONS.name]} replica transitions, {counts[ANOMALIES.name]} anomalies "
             f"({counts[DECODE_QUARANTINE.name]} quarantined)")
