@@ -1,8 +1,8 @@
 """The domain model's error tree.
 
 Raised only where a caller asks for strictness (decoding a payload, strict folds, batch
-validation). In the streaming fold an illegal step is a *row* (``models.fold.Step.violation``),
-never an exception, as Kafka 1.1+ logs and skips invalid transitions.
+validation). In the streaming fold an illegal step is a *row* (a ``models.fold.FoldStep`` with
+``legal`` False), never an exception, as Kafka 1.1+ logs and skips invalid transitions.
 """
 
 from __future__ import annotations

@@ -22,7 +22,14 @@ from datetime import datetime
 from typing import Any
 
 from models.events import MetadataEvent, MetadataEventType
-from models.fold import PartitionFold, PartitionView, deletion_pending
+from models.fold import (
+    CLUSTER_WIDE_EVENTS,
+    DELETION_EVENTS,
+    FOLDED_EVENTS,
+    PartitionFold,
+    PartitionView,
+    deletion_pending,
+)
 from models.ids import step_id
 from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
 from pipelines.fold_records import FoldRecord
@@ -32,10 +39,9 @@ T = MetadataEventType
 P = PartitionState
 R = ReplicaState
 
-PARTITION_TYPES = (T.PARTITION_ASSIGNED, T.PARTITION_STATE_WRITTEN, T.PARTITION_STATE_DELETED, T.TOPIC_DELETED,
-                   T.TOPIC_DELETION_REQUESTED)
+PARTITION_TYPES = tuple(t for t in T if t in FOLDED_EVENTS and t not in CLUSTER_WIDE_EVENTS)
 """Metadata event types folded per key (a topic-level one, without partition, is fanned out first)."""
-FANNED_GLOBAL_TYPES = (T.CONTROLLER_ELECTED, T.BROKER_REGISTERED, T.BROKER_DEREGISTERED)
+FANNED_GLOBAL_TYPES = tuple(t for t in T if t in CLUSTER_WIDE_EVENTS)
 """Cluster-wide event types fanned out to the partitions they may change."""
 SEED = "_SEED"
 
@@ -137,7 +143,7 @@ class BucketFolder:
         elif kind == T.PARTITION_STATE_WRITTEN:
             v.leader, v.leader_epoch, v.controller_epoch = row["leader"], row["leader_epoch"], row["controller_epoch"]
             v.isr = list(row["isr"] or [])
-        elif kind in (T.PARTITION_STATE_DELETED, T.TOPIC_DELETED):
+        elif kind in DELETION_EVENTS:
             # a recreated topic is a new incarnation: leader_epoch restarts at 0
             v.leader = v.leader_epoch = v.controller_epoch = None
             v.isr = v.replicas = None

@@ -3,11 +3,11 @@
 Same input and output as ``BucketFolder`` (rows sorted by topic, partition, ord, zxid, _seq, event_id; records
 with a ``rec`` discriminator) and the same rules, but without a Python call per row:
 
-* every row is a function on the tiny state set (an illegal step leaves the state unchanged, so a target ``t``
-  maps ``s -> M[s][t]`` with ``M = models.fold.transition_matrix``); a seed row is the constant function of
-  its carried state, a failover re-seed "keep NonExistent, else the re-derived state". A segmented prefix
+* every row is a function on the tiny state set: the ``models.fold.PartitionFold`` rule (``StepRule``) the row
+  takes, evaluated once on every state code (``_RuleTable``); a seed row is the constant function of its carried
+  state, a failover re-seed "keep a state ``NOT_RESEEDED``, else the re-derived state". A segmented prefix
   composition (Hillis-Steele doubling, log2(longest key) numpy passes) gives the state before every row of
-  every key at once.
+  every key at once; the same tables then say which step each row logs, its target, legality and cause.
 * the replica machine runs the same scan over rows exploded per (partition, replica): seeds, assignments, ISR
   entries and removals, a broker (de)registration's replica, a re-seed's constant per assigned replica.
 * keys with a deletion (request) or a reassignment that drops a replica in the increment (rare: their deletion
@@ -18,9 +18,9 @@ with a ``rec`` discriminator) and the same rules, but without a Python call per 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,64 +29,90 @@ import pyarrow.compute as pc
 
 from models.events import MetadataEventType
 from models.fold import (
+    BROKER_BACK,
+    BROKER_GONE,
     DELETING_REPLICA_STATES,
+    FIRST_LEADER,
+    FOLDED_EVENTS,
+    INELIGIBLE_OFFLINE,
+    INITIAL_PARTITION_CODE,
+    INITIAL_REPLICA_CODE,
+    INTO_ISR,
+    NEW_LEADER,
+    NEW_PARTITION,
+    NEW_REPLICA,
+    NO_LEADER,
+    NOT_RESEEDED,
+    OUT_OF_ISR,
     PARTITION_CODES,
     PARTITION_STATES_BY_CODE,
     REPLICA_CODES,
     REPLICA_STATES_BY_CODE,
+    SAME_LEADER,
     Cause,
-    legal_matrix,
-    transition_matrix,
+    PartitionFold,
+    StepRule,
+    reseeded_partition_state,
+    reseeded_replica_state,
 )
-from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState, parse_kafka_version
+from models.states import DEFAULT_KAFKA_VERSION, PartitionState, ReplicaState
 from pipelines.arrow_ids import step_ids
 from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_RECORDS, FoldRecord
 from pipelines.list_kernels import flat, member_of_row, padded
-from pipelines.state_machines import SEED, BucketFolder, GlobalContext
+from pipelines.state_machines import FANNED_GLOBAL_TYPES, SEED, BucketFolder, GlobalContext
 
 T = MetadataEventType
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-SLOW_TYPES = (T.PARTITION_STATE_DELETED, T.TOPIC_DELETED, T.TOPIC_DELETION_REQUESTED)
-P_NE, P_NEW, P_ON, P_OFF = (PARTITION_CODES[s] for s in (PartitionState.NON_EXISTENT, PartitionState.NEW,
-                                                         PartitionState.ONLINE, PartitionState.OFFLINE))
-R_NE, R_NEW, R_ON, R_OFF, R_DI = (REPLICA_CODES[s] for s in (ReplicaState.NON_EXISTENT, ReplicaState.NEW,
-                                                             ReplicaState.ONLINE, ReplicaState.OFFLINE,
-                                                             ReplicaState.DELETION_INELIGIBLE))
-CAUSES = pa.array(["", *(str(c) for c in (Cause.ASSIGNMENT, Cause.IN_ISR, Cause.OUT_OF_ISR, Cause.STATE_CREATED,
-                                           Cause.LEADER_ELECTED, Cause.NO_LEADER, Cause.BROKER_REGISTERED,
-                                           Cause.BROKER_DEREGISTERED, Cause.FAILOVER_RESEED, Cause.FAILOVER_OFFLINE))])
-(C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_CREATED, C_ELECTED, C_NO_LEADER, C_REGISTERED, C_DEREGISTERED, C_RESEED,
- C_FAILOVER_OFFLINE) = range(1, 11)  # indexes into CAUSES
+FAST_TYPES = (T.PARTITION_ASSIGNED, T.PARTITION_STATE_WRITTEN, T.CONTROLLER_ELECTED, T.BROKER_REGISTERED,
+              T.BROKER_DEREGISTERED)
+"""The folded event types the numpy pass steps on (each takes one rule per partition or replica)."""
+SLOW_TYPES = tuple(t for t in T if t in FOLDED_EVENTS and t not in FAST_TYPES)
+"""The other folded types (deletions: several steps per replica): their keys take the row fold."""
+P_INITIAL, R_INITIAL = INITIAL_PARTITION_CODE, INITIAL_REPLICA_CODE  # each key's scan starts there
+CAUSES = pa.array([str(c) for c in Cause], pa.string())
+CAUSE_CODES = {c: i for i, c in enumerate(Cause)}  # index into CAUSES
 
 
 class PartitionStep(IntEnum):
-    """What a row does to its partition's state (seeds and failover re-seeds are constant maps of their own)."""
+    """What a row does to its partition's state: the rule of ``PARTITION_STEP_RULES`` it takes, if any (seeds and
+    failover re-seeds are constant maps of their own)."""
 
-    ASSIGN = 1  # a new assignment: NonExistent -> New
-    ONLINE = 2  # a state write with a leader, new leader or leader epoch: -> Online
-    ISR_ONLY = 3  # a state write at the same leader and epoch (an ISR change): Online stays, no step
-    OFFLINE = 4  # a state write without a leader: -> Offline
+    NONE = 0  # the identity
+    ASSIGN = 1  # an assignment
+    FIRST_LEADER = 2  # a state write with a leader, no state znode before
+    NEW_LEADER = 3  # a state write with a new leader or leader epoch
+    SAME_LEADER = 4  # a state write at the same leader and epoch (an ISR change)
+    NO_LEADER = 5  # a state write without a leader
+
+
+PARTITION_STEP_RULES: Mapping[PartitionStep, StepRule[PartitionState]] = {
+    PartitionStep.ASSIGN: NEW_PARTITION, PartitionStep.FIRST_LEADER: FIRST_LEADER,
+    PartitionStep.NEW_LEADER: NEW_LEADER, PartitionStep.SAME_LEADER: SAME_LEADER, PartitionStep.NO_LEADER: NO_LEADER,
+}
 
 
 class ReplicaStep(IntEnum):
-    """What moves one replica at one row of the replica scan (each element of the exploded rows)."""
+    """What moves one replica at one row of the replica scan (each element of the exploded rows): the rule of
+    ``REPLICA_STEP_RULES`` it takes, or a constant map."""
 
     SEED = 0  # the carried state (a constant map; not a step)
-    ASSIGN = 1  # in a new assignment: NonExistent -> New
-    IN_ISR = 2  # in a written ISR: -> Online
-    OUT_OF_ISR = 3  # dropped from the ISR by the controller (or while its broker is down): Online -> Offline
-    DEREGISTERED = 4  # its broker went away: New/Online -> Offline
-    REGISTERED = 5  # its broker came back: Offline/DeletionIneligible -> Online
+    ASSIGN = 1  # in a new assignment
+    IN_ISR = 2  # in a written ISR
+    OUT_OF_ISR = 3  # dropped from the ISR by the controller (or while its broker is down)
+    DEREGISTERED = 4  # its broker went away
+    REGISTERED = 5  # its broker came back
     RESEED = 6  # a failover re-derives it (a constant map)
-    FAILOVER_OFFLINE = 7  # 2.3+: an ineligible replica goes Offline right after the re-seed
+    FAILOVER_OFFLINE = 7  # 2.3+: right after the re-seed
 
 
-REPLICA_STEP_CAUSE = np.array([0, C_ASSIGNMENT, C_IN_ISR, C_OUT_OF_ISR, C_DEREGISTERED, C_REGISTERED, C_RESEED,
-                               C_FAILOVER_OFFLINE])
-"""The CAUSES index of each ReplicaStep's transitions (indexed by the step)."""
+REPLICA_STEP_RULES: Mapping[ReplicaStep, StepRule[ReplicaState]] = {
+    ReplicaStep.ASSIGN: NEW_REPLICA, ReplicaStep.IN_ISR: INTO_ISR, ReplicaStep.OUT_OF_ISR: OUT_OF_ISR,
+    ReplicaStep.DEREGISTERED: BROKER_GONE, ReplicaStep.REGISTERED: BROKER_BACK,
+    ReplicaStep.FAILOVER_OFFLINE: INELIGIBLE_OFFLINE,
+}
 
 
 def int_codes(col: pa.Array | pa.ChunkedArray) -> IntArray:
@@ -183,50 +209,57 @@ def _take(col: pa.Array | pa.ChunkedArray, idx: IntArray) -> pa.Array:
     return pc.take(col, pa.array(idx, pa.int64(), mask=idx < 0))
 
 
+_S = TypeVar("_S", PartitionState, ReplicaState)
+
+
+class _RuleTable:
+    """Rules evaluated on every state code (``StepRule.apply``, as ``PartitionFold`` runs them), one row per step
+    kind; a kind without a rule is the identity and logs nothing."""
+
+    def __init__(self, rules: Iterable[tuple[int, StepRule[_S]]], kinds: int, states: Sequence[_S],
+                 valid_previous: Mapping[_S, frozenset[_S]]) -> None:
+        code = {s: i for i, s in enumerate(states)}
+        self.maps = np.tile(np.arange(len(states), dtype=np.int8), (kinds, 1))  # [kind, state]: the state after
+        self.logs = np.zeros((kinds, len(states)), bool)  # [kind, state]: a step is logged
+        self.legal = np.zeros((kinds, len(states)), bool)  # [kind, state]
+        self.target = np.full(kinds, -1, np.int64)  # [kind]
+        self.cause = np.zeros(kinds, np.int64)  # [kind]: index into CAUSES
+        for kind, rule in rules:
+            self.target[kind], self.cause[kind] = code[rule.target], CAUSE_CODES[rule.cause]
+            for i, state in enumerate(states):
+                after, step = rule.apply(state, valid_previous)
+                self.maps[kind, i] = code[after]
+                self.logs[kind, i] = step is not None
+                self.legal[kind, i] = step is not None and step.legal
+
+
 class _Tables:
-    """The state-map tables of every kind of row, from models.fold (the one source of the rules)."""
+    """The state maps and steps of every kind of row for one Kafka version, from ``models.fold`` (the rules' one
+    home), and the monoids of the maps."""
 
     def __init__(self, kafka_version: str) -> None:
-        self.pm = np.array(transition_matrix("partition", kafka_version), np.int8)
-        self.pl = np.array(legal_matrix("partition", kafka_version), bool)
-        self.rm = np.array(transition_matrix("replica", kafka_version), np.int8)
-        self.rl = np.array(legal_matrix("replica", kafka_version), bool)
-        ps, rs = np.arange(len(self.pm)), np.arange(len(self.rm))
-        self.p_assign = np.where(ps == P_NE, self.pm[P_NE, P_NEW], ps).astype(np.int8)  # only from NonExistent
-        self.p_online = self.pm[:, P_ON]
-        self.p_online_same = np.where(ps == P_ON, ps, self.pm[:, P_ON]).astype(np.int8)  # ISR-only write
-        self.p_offline = np.where(ps == P_OFF, ps, self.pm[:, P_OFF]).astype(np.int8)
-        self.r_assign = np.where(rs == R_NE, self.rm[R_NE, R_NEW], rs).astype(np.int8)
-        self.r_in = np.where(rs == R_ON, rs, self.rm[:, R_ON]).astype(np.int8)
-        self.r_out = np.where(rs == R_ON, self.rm[R_ON, R_OFF], rs).astype(np.int8)
-        self.r_dereg = np.where(np.isin(rs, (R_NEW, R_ON)), self.rm[:, R_OFF], rs).astype(np.int8)
-        self.r_reg = np.where(np.isin(rs, (R_OFF, R_DI)), self.rm[:, R_ON], rs).astype(np.int8)
-        self.r_di_offline = np.where(rs == R_DI, self.rm[R_DI, R_OFF], rs).astype(np.int8)  # 2.3+ after a re-seed
-        # a failover re-seed: a partition that exists becomes its re-derived state c (a replica: constant)
-        self.p_reseed = {c: np.where(ps == P_NE, ps, c).astype(np.int8) for c in (P_NEW, P_ON, P_OFF)}
+        fold = PartitionFold(kafka_version)
+        self.offline_after_reseed = fold.offline_after_reseed
+        ps, rs = PARTITION_STATES_BY_CODE, REPLICA_STATES_BY_CODE
+        self.p = _RuleTable(PARTITION_STEP_RULES.items(), len(PartitionStep), ps, fold.partition_valid)
+        self.r = _RuleTable(REPLICA_STEP_RULES.items(), len(ReplicaStep), rs, fold.replica_valid)
+        # a failover re-seed by (has a state znode, leader alive): each state's re-derived one, [znode, live, state]
+        self.p_reseed = np.array([[[PARTITION_CODES[s if s in NOT_RESEEDED else reseeded_partition_state(znode, live)]
+                                    for s in ps] for live in (False, True)] for znode in (False, True)], np.int8)
+        self.p_reseeds_replicas = np.array([s not in NOT_RESEEDED for s in ps])  # [state]
+        self.r_reseed = np.array([REPLICA_CODES[reseeded_replica_state(live)] for live in (False, True)], np.int64)
         # every map a row can carry (a seed is the constant map of its carried state), as monoid ids
-        self.pmon = MapMonoid([_t(m) for m in (self.p_assign, self.p_online, self.p_online_same, self.p_offline,
-                                                *self.p_reseed.values())]
+        self.pmon = MapMonoid([_t(m) for m in (*self.p.maps, *self.p_reseed.reshape(-1, len(ps)))]
                               + [(s,) * len(ps) for s in range(len(ps))])
-        self.rmon = MapMonoid([_t(m) for m in (self.r_assign, self.r_in, self.r_out, self.r_dereg, self.r_reg,
-                                                self.r_di_offline)]
-                              + [(s,) * len(rs) for s in range(len(rs))])
-        self.p_reseed_ids = np.zeros(len(ps), np.int32)
-        for c, m in self.p_reseed.items():
-            self.p_reseed_ids[c] = self.pmon.id_of(m)
-        self.p_ids = {step: self.pmon.id_of(m) for step, m in (
-            (PartitionStep.ASSIGN, self.p_assign), (PartitionStep.ONLINE, self.p_online),
-            (PartitionStep.ISR_ONLY, self.p_online_same), (PartitionStep.OFFLINE, self.p_offline))}
-        self.r_ids = {step: self.rmon.id_of(m) for step, m in (
-            (ReplicaStep.ASSIGN, self.r_assign), (ReplicaStep.IN_ISR, self.r_in), (ReplicaStep.OUT_OF_ISR, self.r_out),
-            (ReplicaStep.DEREGISTERED, self.r_dereg), (ReplicaStep.REGISTERED, self.r_reg),
-            (ReplicaStep.FAILOVER_OFFLINE, self.r_di_offline))}
+        self.rmon = MapMonoid([_t(m) for m in self.r.maps] + [(s,) * len(rs) for s in range(len(rs))])
+        self.p_ids = np.array([self.pmon.id_of(m) for m in self.p.maps], np.int32)  # [PartitionStep]
+        self.p_reseed_ids = np.array([[self.pmon.id_of(m) for m in by_live] for by_live in self.p_reseed],
+                                     np.int32)  # [znode, live]
+        self.r_ids = np.array([self.rmon.id_of(m) for m in self.r.maps], np.int32)  # [ReplicaStep]
 
 
 def _t(state_map: npt.NDArray[np.int8]) -> tuple[int, ...]:
     return tuple(int(x) for x in state_map)
-
-
 
 
 _TABLES: dict[str, _Tables] = {}
@@ -272,9 +305,7 @@ def fold_parts(rows: pa.Table, ctx: GlobalContext, kafka_version: str = DEFAULT_
         rows = rows.filter(pa.array(~slow_key[key]))
         boundary = boundary[~slow_key[key]]
     if rows.num_rows:
-        offline_after_reseed = parse_kafka_version(kafka_version) >= (2, 3)
-        for kind, table in _FastFold(rows, boundary, ctx, _tables(kafka_version), schema,
-                                     offline_after_reseed).run().items():
+        for kind, table in _FastFold(rows, boundary, ctx, _tables(kafka_version), schema).run().items():
             parts[kind].append(table)
     return {rec: pa.concat_tables(tables) if len(tables) != 1 else tables[0] for rec, tables in parts.items()}
 
@@ -328,9 +359,8 @@ class _FastFold:
     first row)."""
 
     def __init__(self, rows: pa.Table, boundary: BoolArray, ctx: GlobalContext, tables: _Tables,
-                 schema: pa.Schema, offline_after_reseed: bool) -> None:
+                 schema: pa.Schema) -> None:
         self.rows, self.ctx, self.t, self.schema = rows, ctx, tables, schema
-        self.offline_after_reseed = offline_after_reseed
         self.n = rows.num_rows
         self.start = _segment_starts(boundary)
         self.key_last = np.append(np.nonzero(boundary)[0][1:] - 1, self.n - 1)  # last row of each key
@@ -342,6 +372,7 @@ class _FastFold:
         self.is_elect = pc.equal(types, T.CONTROLLER_ELECTED).to_numpy(zero_copy_only=False)
         self.is_reg = pc.equal(types, T.BROKER_REGISTERED).to_numpy(zero_copy_only=False)
         self.is_dereg = pc.equal(types, T.BROKER_DEREGISTERED).to_numpy(zero_copy_only=False)
+        self.is_fanned = pc.is_in(types, pa.array(FANNED_GLOBAL_TYPES)).to_numpy(zero_copy_only=False)
         self.zxid = rows["zxid"].to_numpy()
         clusters = pc.unique(rows["cluster"])
         self.one_cluster = clusters[0] if len(clusters) == 1 and clusters.null_count == 0 else None
@@ -372,7 +403,7 @@ class _FastFold:
         # where it did change something (which partitions it reaches depends on how history is chunked)
         stepped = np.zeros(self.n, bool)
         stepped[pt_steps["row"]] = stepped[rt_steps["row"]] = True
-        self.dates_view = ~(self.is_elect | self.is_reg | self.is_dereg) | stepped
+        self.dates_view = ~self.is_fanned | stepped
         finals_rs = self._replica_finals(*replica_finals)
         pt, rt = self._number_steps(pt_steps, rt_steps)
         return {FoldRecord.PARTITION_TRANSITION: pt, FoldRecord.REPLICA_TRANSITION: rt, FoldRecord.WRITE: self._writes(),
@@ -384,58 +415,54 @@ class _FastFold:
         prev_leader = np.where(self.lw_before >= 0, self.leader[np.maximum(self.lw_before, 0)], np.nan)
         prev_epoch = np.where(self.lw_before >= 0, self.epoch[np.maximum(self.lw_before, 0)], np.nan)
         online = self.is_write & (self.leader >= 0)  # NaN compares False: a null leader is "no leader"
-        offline = self.is_write & ~online
-        same = online & (self.leader == prev_leader) & (self.epoch == prev_epoch)
-        ids = np.zeros(n, np.int32)  # the identity
-        ids[self.is_assign] = t.p_ids[PartitionStep.ASSIGN]
-        ids[online & ~same] = t.p_ids[PartitionStep.ONLINE]
-        ids[online & same] = t.p_ids[PartitionStep.ISR_ONLY]
-        ids[offline] = t.p_ids[PartitionStep.OFFLINE]
+        step = np.full(n, PartitionStep.NONE, np.int64)
+        step[self.is_assign] = PartitionStep.ASSIGN
+        step[online] = np.where(np.isnan(prev_leader[online]), PartitionStep.FIRST_LEADER, PartitionStep.NEW_LEADER)
+        step[online & (self.leader == prev_leader) & (self.epoch == prev_epoch)] = PartitionStep.SAME_LEADER
+        step[self.is_write & ~online] = PartitionStep.NO_LEADER
+        ids = t.p_ids[step]
         seed_state = self._seed_states()
         ids[self.is_seed] = t.pmon.constants()[seed_state[self.is_seed]]  # a seed is the constant map of its state
-        reseed = self._reseed_targets(prev_leader)
-        ids[self.is_elect] = t.p_reseed_ids[reseed[self.is_elect]]
-        after = t.pmon.maps[segmented_scan(ids, self.start, t.pmon.comp), P_NE].astype(np.int64)
-        before = np.where(np.arange(n) > self.start, np.concatenate([[P_NE], after[:-1]]), P_NE)
+        znode, live = self._reseed_inputs(prev_leader)
+        ids[self.is_elect] = t.p_reseed_ids[znode[self.is_elect], live[self.is_elect]]
+        after = t.pmon.maps[segmented_scan(ids, self.start, t.pmon.comp), P_INITIAL].astype(np.int64)
+        before = np.where(np.arange(n) > self.start, np.concatenate([[P_INITIAL], after[:-1]]), P_INITIAL)
         self.p_before = before
-        target = np.full(n, -1)
-        target[self.is_assign & (before == P_NE)] = P_NEW
-        target[online & ~(same & (before == P_ON))] = P_ON
-        target[offline & (before != P_OFF)] = P_OFF
-        resets = self.is_elect & (before != P_NE) & (before != reseed)
-        target[resets] = reseed[resets]
-        emitted = target >= 0
-        cause = np.zeros(n, np.int64)
-        cause[self.is_assign] = C_ASSIGNMENT
-        cause[online] = np.where(np.isnan(prev_leader[online]), C_CREATED, C_ELECTED)
-        cause[offline] = C_NO_LEADER
-        cause[self.is_elect] = C_RESEED
+        emitted = t.p.logs[step, before]
+        target = t.p.target[step]
+        legal = t.p.legal[step, before]
+        cause = t.p.cause[step]
+        reseeded = t.p_reseed[znode, live, before].astype(np.int64)
+        resets = self.is_elect & (reseeded != before)
+        emitted |= resets
+        target[resets] = reseeded[resets]
+        legal |= resets  # a re-seed validates nothing
+        cause[resets] = CAUSE_CODES[Cause.FAILOVER_RESEED]
         rows = np.nonzero(emitted)[0]
-        legal = np.where(resets[rows], True, t.pl[before[rows], target[rows]])  # a re-seed validates nothing
         return {"row": rows, "slot": np.zeros(len(rows), np.int64), "replica": None,
-                "from": before[rows], "to": target[rows], "legal": legal,
+                "from": before[rows], "to": target[rows], "legal": legal[rows],
                 "cause": cause[rows], "final": after[self.key_last]}
 
-    def _reseed_targets(self, prev_leader: npt.NDArray[np.float64]) -> IntArray:
-        """Per election row: the partition state the new controller derives (PartitionFold.reseed): New
-        without a state znode, Online if the leader is registered, else Offline (P_NE on other rows)."""
-        out = np.full(self.n, P_NE, np.int64)
+    def _reseed_inputs(self, prev_leader: npt.NDArray[np.float64]) -> tuple[IntArray, IntArray]:
+        """Per election row, what the new controller derives the partition's state from (``PartitionFold.reseed``):
+        (has a state znode, its leader is registered), each 0 or 1 (0 on other rows)."""
+        znode, live = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
         rows = np.nonzero(self.is_elect)[0]
         if not len(rows):
-            return out
+            return znode, live
         leader = prev_leader[rows]
         has_leader = ~np.isnan(leader) & (leader >= 0)
-        live = self._live_at(np.where(has_leader, leader, -1).astype(np.int64), self.zxid[rows]) & has_leader
-        out[rows] = np.where(np.isnan(leader), P_NEW, np.where(live, P_ON, P_OFF))
-        return out
+        znode[rows] = ~np.isnan(leader)
+        live[rows] = self._live_at(np.where(has_leader, leader, -1).astype(np.int64), self.zxid[rows]) & has_leader
+        return znode, live
 
     def _seed_states(self) -> IntArray:
-        """Each seed row's carried partition state code (P_NE elsewhere)."""
-        codes = np.full(self.n, P_NE, np.int64)
+        """Each seed row's carried partition state code (the initial state where null, and on other rows)."""
+        codes = np.full(self.n, P_INITIAL, np.int64)
         seeds = np.nonzero(self.is_seed)[0]
         names = pc.take(self.rows["state"], pa.array(seeds, pa.int64()))
         codes[seeds] = pc.fill_null(_state_codes(pc.if_else(pc.equal(names, ""), None, names), PARTITION_NAMES),
-                                    P_NE).to_numpy(zero_copy_only=False)
+                                    P_INITIAL).to_numpy(zero_copy_only=False)
         return codes
 
     # -- replica machine ----------------------------------------------------------------------------------
@@ -450,7 +477,7 @@ class _FastFold:
         return src[parents], values, position
 
     def _replica_steps(self) -> tuple[dict[str, Any], tuple[IntArray, IntArray, IntArray]]:
-        t = self.t
+        t, S = self.t, ReplicaStep
         # seeds: each carried replica's state as a constant map; not a step
         s_rows, s_rep, s_pos = self._explode("seed_replica_ids", self.is_seed)
         seed_names = pc.list_flatten(pc.take(self.rows["seed_replica_states"],
@@ -467,13 +494,14 @@ class _FastFold:
         isr_len = self._list_lengths("isr")
         # broker (de)registrations: the broker's replica, when the partition's assignment holds it
         b_rows, b_rep = self._broker_elements()
-        # failover re-seeds of existing partitions: each assigned replica, then (2.3+) Offline if ineligible
-        e_rows, e_rep, e_pos = self._explode("replicas", self.is_elect & (self.p_before != P_NE), row_of=self.ra_at)
-        e_const = np.where(self._live_at(e_rep, self.zxid[e_rows]), R_ON, R_DI)
-        m = e_const == R_DI if self.offline_after_reseed else np.zeros(len(e_rows), bool)
+        # failover re-seeds of re-seeded partitions: each assigned replica's derived state, then (2.3+) the
+        # FAILOVER_OFFLINE rule where it applies to that state
+        e_rows, e_rep, e_pos = self._explode("replicas", self.is_elect & t.p_reseeds_replicas[self.p_before],
+                                             row_of=self.ra_at)
+        e_const = t.r_reseed[self._live_at(e_rep, self.zxid[e_rows]).astype(np.int64)]
+        m = t.r.logs[S.FAILOVER_OFFLINE, e_const] if t.offline_after_reseed else np.zeros(len(e_rows), bool)
         f_rows, f_rep, f_pos = e_rows[m], e_rep[m], e_pos[m]
         replicas_len = self._list_lengths("replicas")
-        S = ReplicaStep
         kind = np.concatenate([np.full(len(s_rows), S.SEED), np.full(len(a_rows), S.ASSIGN),
                                np.full(len(i_rows), S.IN_ISR), np.full(len(o_rows), S.OUT_OF_ISR),
                                np.where(self.is_reg[b_rows], S.REGISTERED, S.DEREGISTERED),
@@ -492,27 +520,21 @@ class _FastFold:
         if len(order) > 1:
             boundary[1:] = (self.key_of[row[1:]] != self.key_of[row[:-1]]) | (rep[1:] != rep[:-1])
         start = _segment_starts(boundary)
-        ids = np.zeros(len(order), np.int32)  # the identity
-        for step, map_id in t.r_ids.items():
-            ids[kind == step] = map_id
+        ids = t.r_ids[kind]
         constant = (kind == S.SEED) | (kind == S.RESEED)
         ids[constant] = t.rmon.constants()[const[constant]]
-        after = t.rmon.maps[segmented_scan(ids, start, t.rmon.comp), R_NE].astype(np.int64)
+        after = t.rmon.maps[segmented_scan(ids, start, t.rmon.comp), R_INITIAL].astype(np.int64)
         pos = np.arange(len(order))
-        before = np.where(pos > start, np.concatenate([[R_NE], after[:-1]]) if len(after) else after, R_NE)
-        target = np.full(len(order), -1)
-        target[(kind == S.ASSIGN) & (before == R_NE)] = R_NEW
-        target[(kind == S.IN_ISR) & (before != R_ON)] = R_ON
-        target[(kind == S.OUT_OF_ISR) & (before == R_ON)] = R_OFF
-        target[(kind == S.DEREGISTERED) & np.isin(before, (R_NEW, R_ON))] = R_OFF
-        target[(kind == S.REGISTERED) & np.isin(before, (R_OFF, R_DI))] = R_ON
+        before = np.where(pos > start, np.concatenate([[R_INITIAL], after[:-1]]) if len(after) else after, R_INITIAL)
+        emitted = t.r.logs[kind, before]
+        target = t.r.target[kind]
+        legal = t.r.legal[kind, before]
+        cause = t.r.cause[kind]
         resets = (kind == S.RESEED) & (before != const)
+        emitted |= resets
         target[resets] = const[resets]
-        target[(kind == S.FAILOVER_OFFLINE) & (before == R_DI)] = R_OFF
-        emitted = target >= 0
-        legal = np.zeros(len(order), bool)
-        legal[emitted] = t.rl[before[emitted], target[emitted]]
-        legal[resets] = True  # a re-seed validates nothing
+        legal |= resets  # a re-seed validates nothing
+        cause[resets] = CAUSE_CODES[Cause.FAILOVER_RESEED]
         # a replica is part of the final state once seeded or after its first legal step (as BucketFolder)
         present = (kind == S.SEED) | (emitted & legal)
         seg_id = np.cumsum(boundary) - 1
@@ -520,7 +542,6 @@ class _FastFold:
         np.logical_or.at(seg_present, seg_id, present)
         seg_last = np.append(np.nonzero(boundary)[0][1:] - 1, len(order) - 1) if len(order) else np.zeros(0, np.int64)
         final_idx = seg_last[seg_present]
-        cause = REPLICA_STEP_CAUSE[kind]
         e = np.nonzero(emitted)[0]
         steps = {"row": row[e], "slot": slot[e], "replica": rep[e], "from": before[e], "to": target[e],
                  "legal": legal[e], "cause": cause[e]}

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from engine.local_run import LocalRunner
 from lakehouse.spark_schema import spark_arrow_schema
 from models.events import MetadataEvent, MetadataEventType
+from models.reference_fold import MetadataProjection, project_metadata
 from models.tables import CONTROLLER_DECISIONS, METADATA_EVENTS, ZNODE_EVENTS
 from pipelines.bucket_fold import BucketState
-from models.reference_fold import MetadataProjection, project_metadata
 from simulator import payloads as zc
 from tests.history import History
 

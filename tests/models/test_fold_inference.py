@@ -1,4 +1,4 @@
-"""The metadata -> state-machine inference and fold (models/fold.py)."""
+"""The metadata -> state-machine inference (models/fold.py) and the reference fold (models/reference_fold.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,8 @@ import pytest
 
 from models.errors import OutOfOrderEventError
 from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
-from models.fold import (
-    Cause,
-    PartitionFold,
-    PartitionView,
-    project_metadata,
-    reseed_after_failover,
-)
+from models.fold import Cause, PartitionFold, PartitionView
+from models.reference_fold import project_metadata, reseed_after_failover
 from models.states import PartitionState as P
 from models.states import ReplicaState as R
 from models.znode_codec import decode

@@ -22,6 +22,8 @@ from models.fold import (
     PARTITION_STATES_BY_CODE,
     REPLICA_CODES,
     REPLICA_STATES_BY_CODE,
+)
+from models.reference_fold import (
     PartitionTarget,
     ReplicaTarget,
     apply_partition,

@@ -1,7 +1,7 @@
 """Pure-Python checks of a written znode history: decode with models.znode_codec, fold, invariants (docs/invariants.md).
 
 Shared by the simulator tests (module name kept unique: tests/ folders are not packages). The fold
-(models.fold.project_metadata) finds illegal state-machine steps; `invariant_breaks` adds the znode-history
+(models.reference_fold.project_metadata) finds illegal state-machine steps; `invariant_breaks` adds the znode-history
 invariants of docs/invariants.md that the fold does not look at.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from models import znode_codec as zc
 from models.events import MetadataEvent, MetadataEventType, ZnodeChange, ZnodeOp
-from models.fold import MetadataProjection, project_metadata
+from models.reference_fold import MetadataProjection, project_metadata
 
 T = MetadataEventType
 
