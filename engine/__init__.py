@@ -1,8 +1,8 @@
-"""The engine: runs the pipelines' transforms over the lake, as a batch (``rebuild``) or a stream (``monitor``).
+"""The engine: wires the pipeline's one composition (``pipelines.keyed_pipeline``) to the lake.
 
-- ``increment``: ``run_increment``, one increment from bronze rows to every derived table (the one definition);
-- ``rebuild``: all history through it in zxid-ordered chunks (``chunks`` reads them);
-- ``monitor``: the Structured Streaming query, one increment per micro-batch; ``monitor_start`` decides
-  where it starts, ``carry`` holds the state it continues from;
-- ``writes``: an increment's Delta commits, state tables last, each naming its writer.
+- ``stateful``: the Spark Structured Streaming query (decode and route, one stateful step per key, the sink);
+- ``stateful_sink``: its ``foreachBatch`` sink (executors write the files, the driver commits them);
+- ``rebuild`` / ``monitor``: the query from a fresh checkpoint over all history, or on its checkpoint going on;
+- ``local_run``: the same steps and sink run in the driver, for small histories and tests;
+- ``upkeep``: what a monitor does besides its batches (quality suites, lake maintenance).
 """

@@ -291,9 +291,9 @@ def stateful_rebuild(spark: SparkSession, lake: Lake, checkpoint: str | Path, *,
 
     The old checkpoint goes and every derived table is emptied first; a monitor on the same checkpoint then
     continues where the rebuild ended. Returns each derived table's row count. Uncapped (the default), the
-    history is one micro-batch, so every logged decision is checked against every write ZooKeeper held, as the
-    in-process rebuild does; the executors hold it, the driver does not. A cap splits it into micro-batches
-    that continue from each other's state, and a decision then meets the writes of its batch and before.
+    history is one micro-batch; the executors hold it, the driver does not. A cap splits it into micro-batches
+    that continue from each other's state (a decision waits, pending, until ZooKeeper's history has run past
+    it).
     """
     shutil.rmtree(checkpoint, ignore_errors=True)
     reset_derived(lake, checkpoint_writer(checkpoint))

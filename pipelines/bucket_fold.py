@@ -6,7 +6,7 @@ count). It receives its own keys' events and EVERY event of its cluster that has
 one: the controller-wide ones (elections, broker (de)registrations, epoch changes) and topic-level deletions
 (requests). So each bucket replays the cluster's controller timeline itself (``pipelines.controller.replay``,
 few rows), fans the cluster-wide events out over the keys it knows (``pipelines.fanout``, the same rule as the
-in-process engine: keys carried or seen before the event's zxid), and folds its rows with the same vectorised
+batch rule: keys carried or seen before the event's zxid), and folds its rows with the same vectorised
 kernel (``pipelines.keyed_fold.fold_local`` -> ``pipelines.vector_fold``). Nothing about other buckets is
 needed: the fold is per key, and what is shared (the timeline) every bucket derives from the same events.
 
@@ -237,7 +237,7 @@ def fold_bucket(state: BucketState, rows: pa.Table,
     seeds = touched_seeds(state.partition_state, state.replica_state, rows, ctx)
     fanned = fanout_rows(rows, seeds[0], ctx)
     fold = fold_local(rows, fanned, seeds, ctx, kafka_version)
-    # a key's rows in the fold's output replace all its carried rows (as the in-process engine merges)
+    # a key's rows in the fold's output replace all its carried rows
     ps = merged_state(state.partition_state, fold[FoldRecord.PARTITION_STATE])
     rs = merged_state(state.replica_state, fold[FoldRecord.REPLICA_STATE])
     writes = fold[FoldRecord.WRITE].select(list(ZK_WRITE_COLUMNS)).cast(ZK_WRITE_SCHEMA)

@@ -9,8 +9,7 @@ resignation marks and the txnlog range. These are few rows: elections, broker ch
 It writes the partition-less ``metadata_events`` and the quarantine, the whole ``controller_tenure`` of its
 cluster (ZooKeeper terms and logged terms) when a batch may have changed it, and the cluster-wide anomalies: those the timeline replay finds
 (triggered by this batch's events), collection gaps, split brain from the logged terms, a resigned controller
-still registered, and the checks of decisions about no single partition. The same rules as the in-process
-engine (``engine.increment``), from the same functions.
+still registered, and the checks of decisions about no single partition.
 """
 
 from __future__ import annotations

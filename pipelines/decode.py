@@ -1,7 +1,7 @@
 """Bronze ``znode_events`` -> ``metadata_events`` (+ ``quarantine`` for what cannot be decoded).
 
-One codec for everything: ``models.znode_codec.decode`` runs per row inside ``mapInArrow`` (one Python
-call per Arrow batch, not per row), so Spark and the unit tests share the exact decoding rules.
+One codec for everything: ``models.znode_codec`` decodes each distinct payload once, over Arrow batches (the
+streaming query runs ``decode_table`` per task inside ``mapInArrow``), so every caller shares the exact rules.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.spark_schema import spark_schema
@@ -52,29 +50,6 @@ _OUT_SCHEMA = T.StructType(
      T.StructField("q_ref", T.StringType()),
      T.StructField("q_observed_at", T.TimestampType())]
 )
-
-
-def dedupe_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
-    """One row per (zxid, path, op): the same change seen by several collectors is kept once.
-
-    Where the txnlog covers a zxid (between its first and last delivered zxid, in this input or the committed
-    ``txnlog_range``), watch/resync rows are dropped: the txnlog is lossless, while a watch reads after the
-    fact and can stamp a phantom DELETE with a re-creation's zxid. The txnlog's range is one small aggregate
-    joined back (a window over the whole cluster would sort every row in one task).
-    """
-    is_txn = F.col("source") == str(Source.TXNLOG)
-    bounds = df.filter(is_txn).groupBy("cluster").agg(F.min("zxid").alias("_lo"), F.max("zxid").alias("_hi"))
-    df_b = df.join(F.broadcast(bounds), "cluster", "left")
-    covered = F.coalesce(F.col("zxid").between(F.col("_lo"), F.col("_hi")), F.lit(False))
-    if txnlog_range is not None:
-        covered = covered | F.col("zxid").between(F.lit(txnlog_range[0]), F.lit(txnlog_range[1]))
-    kept = df_b.filter(is_txn | ~covered).drop("_lo", "_hi")
-    rank = F.coalesce(
-        F.create_map(*[x for k, v in SOURCE_RANK.items() for x in (F.lit(k), F.lit(v))])[F.col("source")],
-        F.lit(UNKNOWN_SOURCE_RANK),
-    )
-    w = Window.partitionBy("cluster", "zxid", "path", "op").orderBy(rank, F.col("observed_at"), F.col("event_id"))
-    return kept.withColumn("_rn", F.row_number().over(w)).filter("_rn = 1").drop("_rn").select(*df.columns)
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -319,13 +294,13 @@ def _arrow_out_schema() -> pa.Schema:
     return to_arrow_schema(_OUT_SCHEMA)
 
 
-def decoded_znode_events(df: DataFrame, txnlog_range: tuple[int, int] | None = None) -> DataFrame:
-    """Bronze rows after source dedupe, decoded: metadata rows (``_ok``) and quarantine rows (``q_*``) together."""
-    return dedupe_znode_events(df, txnlog_range).mapInArrow(_decode_batches, _OUT_SCHEMA)
-
-
 def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
-    """``dedupe_znode_events`` on a driver-side Arrow table (a small increment): the same rule, same rows kept."""
+    """One row per (cluster, zxid, path, op): the same change seen by several collectors is kept once, from the
+    best source (txnlog, then watch, then resync), then the earliest observation.
+
+    Where the txnlog covers a zxid (between its first and last delivered zxid in these rows, or in
+    ``txnlog_range``), watch/resync rows are dropped: the txnlog is lossless, while a watch reads after the fact
+    and can stamp a phantom DELETE with a re-creation's zxid."""
     if bronze.num_rows == 0:
         return bronze
     is_txn = pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False)
@@ -378,7 +353,8 @@ def dedupe_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) 
 
 
 def decode_table(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
-    """``decoded_znode_events`` on a driver-side Arrow table: the same dedupe and the same codec, no Spark job."""
+    """Bronze rows after source dedupe (``dedupe_table``), decoded: metadata rows (``_ok``) and quarantine rows
+    (``q_*``) together (``split_decoded`` parts them)."""
     rows = dedupe_table(bronze, txnlog_range)
     # decode is row-local: a run of rows per core (few runs: distinct payloads and znodes are done per run)
     size = max(DECODE_MIN_RUN_ROWS, -(-rows.num_rows // THREADS))
@@ -392,7 +368,7 @@ DECODE_MIN_RUN_ROWS = 50_000
 
 
 def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """(metadata_events + ``_seq``, quarantine) from a collected ``decoded_znode_events`` (split on the driver)."""
+    """(metadata_events + ``_seq``, quarantine) from ``decode_table``'s rows."""
     ok = decoded["_ok"]
     all_ok = pc.all(ok).as_py()  # the usual case: no filtering of a million rows
     meta = (decoded if all_ok else decoded.filter(ok)).select([*METADATA_EVENTS.column_names, "_seq"])

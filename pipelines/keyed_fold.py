@@ -1,12 +1,8 @@
-"""The keyed fold of both state machines over an increment's events, seeded with each touched key's carried row.
-
-In Spark: per key BUCKET (``repartition`` by (topic, partition), sorted by zxid, one ``mapInArrow`` call per
-bucket into ``pipelines.vector_fold``). In this process (a small increment): the same rows, order and kernel.
-"""
+"""The keyed fold of both state machines over a batch's events, seeded with each touched key's carried row:
+the rows of whole keys in fold order, in runs folded by ``pipelines.vector_fold`` one thread per core."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
@@ -14,18 +10,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from lakehouse.spark_schema import spark_schema
-from models.tables import PARTITION_STATE, REPLICA_STATE
-from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_INPUT, FOLD_ORDER, FOLD_OUT, FOLD_RECORDS
+from pipelines.fold_records import FOLD_ARROW_SCHEMA, FOLD_INPUT, FOLD_ORDER, FOLD_RECORDS
 from pipelines.parallel import concat_or_empty, parallel_map
-from pipelines.schemas import local_df
 from pipelines.state_machines import PARTITION_TYPES, SEED, GlobalContext
-from pipelines.vector_fold import fold_parts, fold_table, int_codes
+from pipelines.vector_fold import fold_parts, int_codes
 
 
 def _key_codes(*tables: pa.Table) -> list[pa.Array]:
@@ -44,17 +34,10 @@ def _key_codes(*tables: pa.Table) -> list[pa.Array]:
     return [pa.array(k, pa.int64()) for k in np.split(packed, bounds)]
 
 
-def arrow_df(spark: SparkSession, tbl: pa.Table, struct: T.StructType) -> DataFrame:
-    """A driver-side Arrow table as a DataFrame with ``struct`` (an empty one is built in the JVM)."""
-    if tbl.num_rows == 0:
-        return local_df(spark, [], struct)
-    return spark.createDataFrame(tbl.select(struct.fieldNames()).cast(to_arrow_schema(struct)))
-
-
 def fold_local(meta_t: pa.Table, fanned: pa.Table, seeds_t: tuple[pa.Table, pa.Table], ctx: GlobalContext,
                kafka_version: str) -> dict[str, pa.Table]:
-    """``_fold`` of a small increment in this process: the same rows, the same order, the same kernel; the records
-    by kind (``vector_fold.FOLD_RECORDS``). ``fanned``: ``fanout.fanout_rows`` of the increment."""
+    """The fold of one key bucket's batch: the records by kind (``vector_fold.FOLD_RECORDS``). ``fanned``:
+    ``fanout.fanout_rows`` of the batch."""
     carried_ps, carried_rs = seeds_t
     schema = to_arrow_schema(FOLD_INPUT)
     keyed = meta_t.filter(pc.and_(pc.is_in(meta_t["type"], pa.array(PARTITION_TYPES)), pc.is_valid(meta_t["partition"])))
@@ -125,44 +108,3 @@ def _conform(t: pa.Table, schema: pa.Schema, **values: Any) -> pa.Table:
         else:
             cols.append(pa.array([v] * n, f.type))
     return pa.Table.from_arrays(cols, schema=schema)
-
-
-def fold_spark(spark: SparkSession, meta: DataFrame, fanned: pa.Table, seeds_t: tuple[pa.Table, pa.Table],
-          ctx: GlobalContext, kafka_version: str) -> DataFrame:
-    """Seeded, bucketed, zxid-ordered fold of both state machines (see pipelines.state_machines)."""
-    cols = FOLD_INPUT.fieldNames()
-    carried_ps = arrow_df(spark, seeds_t[0], spark_schema(PARTITION_STATE, nullable=True))
-    carried_rs = arrow_df(spark, seeds_t[1], spark_schema(REPLICA_STATE, nullable=True))
-    keyed = meta.filter(F.col("type").isin(*PARTITION_TYPES) & F.col("partition").isNotNull())
-    fanned_df = arrow_df(spark, _conform(fanned, to_arrow_schema(FOLD_INPUT), ord=1), FOLD_INPUT)
-    events = (keyed.withColumn("ord", F.lit(1)).withColumn("state", F.lit(None).cast("string"))
-              .withColumn("seed_replica_ids", F.lit(None).cast("array<int>"))
-              .withColumn("seed_replica_states", F.lit(None).cast("array<string>"))
-              .select(*cols).unionByName(fanned_df.select(*cols)))
-    touched = events.select("topic", "partition").distinct()
-    reps = (carried_rs.groupBy("topic", "partition")
-            .agg(F.sort_array(F.collect_list(F.struct("replica", "state"))).alias("_r"))
-            .select("topic", "partition", F.col("_r.replica").alias("seed_replica_ids"),
-                    F.col("_r.state").alias("seed_replica_states")))
-    seeds = (carried_ps.join(touched, ["topic", "partition"], "left_semi")
-             .join(reps, ["topic", "partition"], "left")
-             .select("cluster", "topic", "partition", F.col("as_of_zxid").alias("zxid"), F.lit(0).alias("_seq"),
-                     F.lit(0).alias("ord"), "event_time", F.lit(SEED).alias("type"),
-                     F.lit(None).cast("int").alias("broker"), "leader", "leader_epoch",
-                     "controller_epoch", "isr", "replicas", F.lit("").alias("event_id"), "state",
-                     "seed_replica_ids", "seed_replica_states"))
-    rows = events.unionByName(seeds.select(*cols))
-    n = int(spark.conf.get("spark.sql.shuffle.partitions") or "2")
-    ordered = rows.repartition(n, "topic", "partition").sortWithinPartitions(*FOLD_ORDER)
-    return ordered.mapInArrow(_fold_fn(ctx, kafka_version), FOLD_OUT)
-
-
-def _fold_fn(ctx: GlobalContext, kafka_version: str) -> Any:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # one bucket = one sorted run of whole keys: fold it in one vectorised pass
-        got = list(batches)
-        rows = pa.Table.from_batches(got) if got else None
-        if rows is not None and rows.num_rows:
-            yield from fold_table(rows, ctx, kafka_version).to_batches(max_chunksize=100_000)
-
-    return run

@@ -1,7 +1,7 @@
-"""Work on every core of the driver for an increment computed in process.
+"""Work on every core for one batch of rows (a Spark task's, or the driver-side runner's).
 
 Runs of whole keys (the fold) and runs of rows (decode) are independent, and their heavy lifting is numpy and
-Arrow kernels that release the GIL, so threads overlap: the in-process analogue of Spark's tasks.
+Arrow kernels that release the GIL, so threads overlap.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
 def use_system_allocator() -> None:
     """Arrow buffers from the C library's malloc instead of the bundled mimalloc, for this process.
 
-    Decode and the fold allocate and drop large short-lived arrays; measured on these machines, the storm
-    increment took 2.8-3.3 s instead of 3.7-4.6 s and a 1 M-event rebuild 7.3-7.8 s instead of 8.1-9.6 s
-    (for ~1 GiB more resident memory). An explicit ``ARROW_DEFAULT_MEMORY_POOL`` still wins. Entry points call it.
+    Decode and the fold allocate and drop large short-lived arrays, which mimalloc served slower here (for less
+    resident memory). An explicit ``ARROW_DEFAULT_MEMORY_POOL`` still wins. Entry points call it.
     """
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         pa.set_memory_pool(pa.system_memory_pool())

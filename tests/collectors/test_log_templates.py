@@ -269,14 +269,13 @@ def test_every_template_is_exercised_here() -> None:
 # --- KAFKA-2729 through collection and the rebuild ----------------------------------------------------------
 
 
-@pytest.mark.spark
-def test_stale_zk_version_is_an_anomaly_of_its_own(spark: Any, lake: Any) -> None:
-    from engine.rebuild import rebuild
+def test_stale_zk_version_is_an_anomaly_of_its_own(lake: Any) -> None:
+    from engine.local_run import run_local
     from tests.history import clean_history
 
     lake.append("znode_events", clean_history().rows, writer_id="t", batch_seq=1)
     collect_logs(lake, LOGS / "kafka-2729")
-    rebuild(spark, lake)
+    run_local(lake)
     found = [r for r in lake.read_arrow("anomalies").to_pylist() if r["kind"] == "STALE_ZK_VERSION_ISR_UPDATE"]
     got = sorted((r["topic"], r["partition"], r["broker"], r["severity"]) for r in found)
     assert got == [("orders", 0, 1, "warning"), ("orders", 0, 1, "warning"), ("payments", 3, 1, "warning")]

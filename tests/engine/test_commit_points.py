@@ -1,9 +1,10 @@
 """Every write boundary is safe: a real process killed right after each derived table's commit, restarted,
 leaves every derived table equal to a clean rebuild's.
 
-The kill is the crash hook ``committed_<table>:<batch>`` (``engine.writes.write_tables``): SIGKILL right after
-that table's commit, with the other tables of the increment committed or not (they are written concurrently,
-then replica_state, then partition_state).
+The kill is the crash hook ``committed_<table>:<batch>`` (``engine.stateful_sink``): SIGKILL right after that
+table's commit, with the batch's other tables committed or not (the anomalies first, the appended tables side by
+side, then controller_tenure and replica_state, partition_state last). The restart is the monitor on the same
+checkpoint: Spark replays the unfinished batch, and each table skips what it already holds.
 """
 
 from __future__ import annotations
@@ -18,23 +19,22 @@ from typing import Any
 
 import pytest
 
-from engine.increment import DERIVED_TABLES
-from engine.monitor import drain_monitor, monitor_checkpoint
-from engine.rebuild import rebuild
-from engine.writes import COMMITTED
+from engine.local_run import run_local
+from engine.monitor import drain_monitor
+from engine.stateful import checkpoint_writer, stateful_checkpoint
+from engine.stateful_sink import COMMITTED, DERIVED
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
 from tests.conftest import assert_same_tables
 from tests.history import clean_history, decision
 
-pytestmark = pytest.mark.spark
-
-# The commit order has three boundaries: after any table of the concurrent group, after replica_state, after
-# partition_state. By default one table stands for the group (a real process per case costs ~20 s);
-# ZKLEDGER_ALL_COMMIT_POINTS=1 kills after every table's commit.
+# The boundaries: after the anomalies, after any table of the side-by-side group, after partition_state. By
+# default one table stands for the group (a real process per case costs seconds); ZKLEDGER_ALL_COMMIT_POINTS=1
+# kills after every table's commit.
 GROUP_REPRESENTATIVE = "metadata_events"
+DERIVED_TABLES = tuple(spec.name for spec in DERIVED)
 KILL_POINTS = (DERIVED_TABLES if os.environ.get("ZKLEDGER_ALL_COMMIT_POINTS")
-               else (GROUP_REPRESENTATIVE, "replica_state", "partition_state"))
+               else ("anomalies", GROUP_REPRESENTATIVE, "partition_state"))
 
 
 def _history() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -60,19 +60,19 @@ def _cli(lake: Lake, *args: str, crash: str | None = None) -> subprocess.Complet
 
 
 @pytest.fixture(scope="module")
-def clean(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lake:
-    """A clean rebuild of the whole history: the derived tables every recovery must end with."""
+def clean(tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    """The whole history in one batch: the derived tables every recovery must end with."""
     znodes, decisions = _history()
     lake = Lake(tmp_path_factory.mktemp("clean") / "lake", cluster="test")
     lake.append("znode_events", znodes, writer_id="t", batch_seq=1)
     lake.append("controller_decisions", decisions, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     assert all(lake.row_count(t) for t in ("decode_quarantine", "anomalies", "controller_tenure"))
     return lake
 
 
 @pytest.fixture(scope="module")
-def first_batch(tmp_path_factory: pytest.TempPathFactory) -> Lake:
+def first_batch(tmp_path_factory: pytest.TempPathFactory, starts_spark: None) -> Lake:
     """A lake whose monitor (a real process) committed micro-batch 0 over the first half of the history."""
     znodes, _ = _history()
     lake = Lake(tmp_path_factory.mktemp("first") / "lake", cluster="test")
@@ -92,25 +92,23 @@ def test_monitor_killed_after_each_commit_recovers(spark: Any, clean: Lake, firs
     lake.append("controller_decisions", decisions, writer_id="t", batch_seq=1)
     killed = _cli(lake, "monitor", "--available-now", crash=f"{COMMITTED}{table}:1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert lake.last_batch_seq(table, "monitor") == 1  # killed right after this table's commit of batch 1
-    assert table == "partition_state" or lake.last_batch_seq("partition_state", "monitor") == 0
+    checkpoint = stateful_checkpoint(None, lake.root)
+    writer = checkpoint_writer(checkpoint)
+    assert lake.last_batch_seq(table, writer) == 1  # killed right after this table's commit of batch 1
+    assert table == "partition_state" or lake.last_batch_seq("partition_state", writer) == 0
 
-    drain_monitor(spark, lake, monitor_checkpoint(None, lake.root))  # the restart
+    drain_monitor(spark, lake, checkpoint)  # the restart
     assert_same_tables(lake, clean, DERIVED_TABLES)
 
 
 @pytest.mark.parametrize("table", KILL_POINTS)
-def test_rebuild_killed_after_each_commit_recovers(spark: Any, clean: Lake, tmp_path: Path, table: str) -> None:
-    from zkledger.errors import UserError
-
+def test_rebuild_killed_after_each_commit_is_finished_by_the_monitor(spark: Any, clean: Lake, tmp_path: Path,
+                                                                     table: str) -> None:
     lake = Lake(tmp_path / "lake", cluster="test")
     znodes, decisions = _history()
     lake.append("znode_events", znodes, writer_id="t", batch_seq=1)
     lake.append("controller_decisions", decisions, writer_id="t", batch_seq=1)
     killed = _cli(lake, "rebuild", crash=f"{COMMITTED}{table}:0")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    if table != "partition_state":  # an unfinished rebuild: a new monitor must not continue from it
-        with pytest.raises(UserError, match="run `zkledger rebuild`"):
-            drain_monitor(spark, lake, str(tmp_path / "ckpt"))
-    rebuild(spark, lake)  # the restart
+    drain_monitor(spark, lake)  # the restart: the rebuild's checkpoint, its batch replayed
     assert_same_tables(lake, clean, DERIVED_TABLES)

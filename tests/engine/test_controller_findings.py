@@ -12,10 +12,9 @@ from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
-from engine.increment import _arrow_schema
-from engine.rebuild import rebuild
+from engine.local_run import run_local
+from lakehouse.spark_schema import spark_arrow_schema
 from models.ids import event_id
 from pipelines.controller import no_active_controller, resign_marks, zk_split_brain
 from tests.history import T0, History, decision, split_brain_history, split_brain_log
@@ -23,8 +22,8 @@ from tests.history import T0, History, decision, split_brain_history, split_brai
 
 # --- the rules, on literal rows -------------------------------------------------------------------------
 def _decisions(*rows: dict[str, Any]) -> pa.Table:
-    return pa.Table.from_pylist([{c: r.get(c) for c in _arrow_schema("controller_decisions").names} for r in rows],
-                                schema=_arrow_schema("controller_decisions"))
+    return pa.Table.from_pylist([{c: r.get(c) for c in spark_arrow_schema("controller_decisions").names} for r in rows],
+                                schema=spark_arrow_schema("controller_decisions"))
 
 
 def _term(cid: int, epoch: int, start: int, end: int | None = None) -> dict[str, Any]:
@@ -104,11 +103,10 @@ def _rows(lake: Any, table: str) -> list[dict[str, Any]]:
     return lake.read_arrow(table).to_pylist()
 
 
-@pytest.mark.spark
-def test_rebuild_finds_zk_split_brain_and_the_resigned_controller(spark: Any, lake: Any) -> None:
+def test_rebuild_finds_zk_split_brain_and_the_resigned_controller(lake: Any) -> None:
     lake.append("znode_events", split_brain_history().rows, writer_id="t", batch_seq=1)
     lake.append("controller_decisions", split_brain_log(), writer_id="d", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     got = {(r["kind"], r["zxid"]): r for r in _rows(lake, "anomalies")}
     assert sorted(got) == [("NO_ACTIVE_CONTROLLER", 14), ("SPLIT_BRAIN", 12), ("ZOMBIE_CONTROLLER_WRITE", 12),
                            ("ZOMBIE_CONTROLLER_WRITE", 13)]
@@ -123,8 +121,7 @@ def test_rebuild_finds_zk_split_brain_and_the_resigned_controller(spark: Any, la
     assert gone["evidence"] == [split_brain_log()[1]["event_id"], *churn] and len(churn) == 1
 
 
-@pytest.mark.spark
-def test_rebuild_of_a_normal_failover_has_no_controller_finding(spark: Any, lake: Any) -> None:
+def test_rebuild_of_a_normal_failover_has_no_controller_finding(lake: Any) -> None:
     h = History()
     h.broker(1).broker(2).broker(3).controller(1, 1)
     h.topic("t", {0: [1, 2, 3]}).state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE")
@@ -140,5 +137,5 @@ def test_rebuild_of_a_normal_failover_has_no_controller_finding(spark: Any, lake
         decision(11.5, "CONTROLLER_RESIGNED", controller_id=2, source_file="b2/controller.log"),  # ...and back:
         decision(11.8, "CONTROLLER_READY", controller_id=2, controller_epoch=2, source_file="b2/controller.log"),
     ], writer_id="d", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     assert _rows(lake, "anomalies") == []

@@ -1,4 +1,4 @@
-"""A monitor's upkeep between and inside its micro-batches, on either engine: the lake's scheduled maintenance
+"""A monitor's upkeep between and inside its micro-batches: the lake's scheduled maintenance
 (``--maintain-every``) and the quality suites on each batch's new rows (``--quality``). (Admission control and
 the start right after a rebuild end with the rebuild's tables: tests/e2e/test_differential.py.)"""
 
@@ -7,17 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from conf.settings import PipelineEngine
-from engine.monitor import QUALITY_WRITER, start_monitor
-from engine.stateful import checkpoint_writer, start_stateful_query
+from engine.monitor import start_monitor
+from engine.stateful import checkpoint_writer
 from lakehouse import Lake
 from models.anomalies import AnomalyKind
 from models.tables import ANOMALIES, METADATA_EVENTS, PARTITION_TRANSITIONS, QUALITY_RESULTS, ZNODE_EVENTS
 from tests.history import clean_history
-
-pytestmark = pytest.mark.spark
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -34,21 +29,14 @@ def _commits(lake: Lake, rows: list[dict[str, Any]], parts: int) -> None:
         lake.append(ZNODE_EVENTS.name, rows[i * size:(i + 1) * size], writer_id="fixture", batch_seq=i)
 
 
-@pytest.mark.parametrize("engine", list(PipelineEngine))
-def test_the_monitor_maintains_the_lake_and_checks_each_batch(spark: Any, tmp_path: Path,
-                                                               engine: PipelineEngine) -> None:
+def test_the_monitor_maintains_the_lake_and_checks_each_batch(spark: Any, tmp_path: Path) -> None:
     lake = Lake(tmp_path / "lake", cluster="t")
     _commits(lake, _rows(), 2)  # two small files, one micro-batch each
     checkpoint = tmp_path / "ck"
-    if engine is PipelineEngine.STATEFUL:
-        query = start_stateful_query(spark, lake, checkpoint, buckets=2, available_now=True, max_files_per_trigger=1,
-                                     quality=True, maintain_every_s=1e-9)
-        quality_writer = f"{checkpoint_writer(checkpoint)}-quality"
-    else:
-        query = start_monitor(spark, lake, str(checkpoint), available_now=True, max_files_per_trigger=1,
-                              quality=True, maintain_every_s=1e-9)
-        quality_writer = QUALITY_WRITER
+    query = start_monitor(spark, lake, str(checkpoint), available_now=True, buckets=2, max_files_per_trigger=1,
+                          quality=True, maintain_every_s=1e-9)
     query.awaitTermination()
+    quality_writer = f"{checkpoint_writer(checkpoint)}-quality"
 
     operations = [c.get("operation") for c in lake.history(ZNODE_EVENTS.name)]
     assert "OPTIMIZE" in operations

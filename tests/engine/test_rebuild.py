@@ -1,4 +1,5 @@
-"""End to end on literal histories: bronze Delta -> rebuild -> derived Delta tables."""
+"""End to end on literal histories: bronze Delta -> rebuild -> derived Delta tables. Most run the pipeline's steps in
+the driver (``engine.local_run``); the Spark query's own rebuild and monitor run where they are the point."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ from typing import Any
 
 import pytest
 
+from engine.local_run import run_local
 from engine.rebuild import rebuild
 from tests.history import clean_history
-
-pytestmark = pytest.mark.spark
 
 
 def _rows(lake: Any, table: str) -> list[dict[str, Any]]:
@@ -20,14 +20,14 @@ def _kinds(lake: Any) -> list[str]:
     return sorted(r["kind"] for r in _rows(lake, "anomalies"))
 
 
-def test_a_replica_goes_offline_when_its_broker_is_gone_not_when_it_falls_behind(spark: Any, lake: Any) -> None:
+def test_a_replica_goes_offline_when_its_broker_is_gone_not_when_it_falls_behind(lake: Any) -> None:
     h = clean_history()  # the ISR shrinks to [1] and grows back while broker 2 stays registered
     h.broker(2, op="DELETE")  # broker 2 dies; the controller drops it from the ISR
     h.state("t", 0, 1, 0, 1, [1])
     h.broker(2)  # it comes back and catches up
     h.state("t", 0, 1, 0, 1, [1, 2])
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     assert _kinds(lake) == []
     steps = [(r["zxid"], r["from_state"], r["to_state"], r["cause"])
              for r in sorted(_rows(lake, "replica_transitions"), key=lambda r: r["zxid"]) if r["replica"] == 2]
@@ -40,11 +40,11 @@ def test_a_replica_goes_offline_when_its_broker_is_gone_not_when_it_falls_behind
     assert steps[3][0] == events["BROKER_REGISTERED"] and steps[3][0] > steps[2][0]  # and come back
 
 
-def test_the_controller_taking_a_live_replica_out_of_the_isr_makes_it_offline(spark: Any, lake: Any) -> None:
+def test_the_controller_taking_a_live_replica_out_of_the_isr_makes_it_offline(lake: Any) -> None:
     h = clean_history()
     h.state("t", 0, 1, 1, 1, [1])  # controlled shutdown of broker 2: the controller's write bumps leader_epoch
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     last = max((r for r in _rows(lake, "replica_transitions") if r["replica"] == 2), key=lambda r: r["zxid"])
     assert (last["from_state"], last["to_state"], last["cause"]) == ("OnlineReplica", "OfflineReplica",
                                                                      "removed from isr")
@@ -52,9 +52,9 @@ def test_the_controller_taking_a_live_replica_out_of_the_isr_makes_it_offline(sp
                                                                                 2: "OfflineReplica"}
 
 
-def test_clean_history_rebuilds_states_and_no_anomalies(spark: Any, lake: Any) -> None:
+def test_clean_history_rebuilds_states_and_no_anomalies(lake: Any) -> None:
     lake.append("znode_events", clean_history().rows, writer_id="t", batch_seq=1)
-    counts = rebuild(spark, lake)
+    counts = run_local(lake)
     assert _kinds(lake) == []
     ps = _rows(lake, "partition_state")
     assert [(r["topic"], r["partition"], r["state"], r["leader"], r["isr"]) for r in ps] == [
@@ -82,18 +82,17 @@ def test_rebuild_twice_is_identical(spark: Any, lake: Any) -> None:
     assert first == second and first["metadata_events"]
 
 
-def test_malformed_payload_is_quarantined(spark: Any, lake: Any) -> None:
+def test_malformed_payload_is_quarantined(lake: Any) -> None:
     h = clean_history()
     h.add("/brokers/topics/t/partitions/0/state", "SET", b"{not json")
     h.add("/controller", "DELETE", zxid=5, source="watch")  # a watch's phantom DELETE where the txnlog covers zxid 5
     h.add("/controller", "DELETE", source="watch")  # past the txnlog's last zxid: kept
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     q = _rows(lake, "decode_quarantine")
     assert len(q) == 1 and q[0]["ref"].endswith("/partitions/0/state:SET") and q[0]["reason"]
     resigned = [r["zxid"] for r in _rows(lake, "metadata_events") if r["type"] == "CONTROLLER_RESIGNED"]
     assert resigned == [h.zxid]
-
 
 
 def test_collector_quarantine_survives_rebuild_and_monitor(spark: Any, lake: Any, tmp_path: Any) -> None:
@@ -115,10 +114,11 @@ def test_collector_quarantine_survives_rebuild_and_monitor(spark: Any, lake: Any
     assert _rows(lake, "quarantine") == collected and _rows(lake, "decode_quarantine") == derived
     h.add("/brokers/topics/t/partitions/0/state", "SET", b"[1, 2")  # arrives after the rebuild
     lake.append("znode_events", h.rows[-1:], writer_id="t", batch_seq=2)
-    drain_monitor(spark, lake, str(tmp_path / "ckpt"))
+    drain_monitor(spark, lake)  # on the rebuild's checkpoint
     assert _rows(lake, "quarantine") == collected and len(_rows(lake, "decode_quarantine")) == 2
     rebuild(spark, lake)
     assert _rows(lake, "quarantine") == collected and len(_rows(lake, "decode_quarantine")) == 2
+
 
 def test_state_zxid_accepts_decimal_and_hex() -> None:
     import argparse
@@ -130,24 +130,24 @@ def test_state_zxid_accepts_decimal_and_hex() -> None:
         parse_zxid("forty")
 
 
-def test_zombie_write_is_also_a_split_brain_from_zookeeper(spark: Any, lake: Any) -> None:
+def test_zombie_write_is_also_a_split_brain_from_zookeeper(lake: Any) -> None:
     h = clean_history()
     h.controller(2, 2)
     h.state("t", 0, 2, 1, 2, [1, 2])  # new controller elects 2
     h.state("t", 0, 1, 2, 1, [1, 2])  # zombie (epoch 1) moves leadership back
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     # the old epoch's controller acting during the new term: two controllers at once, seen in ZooKeeper
     assert _kinds(lake) == ["SPLIT_BRAIN", "ZOMBIE_CONTROLLER_WRITE"]
 
 
-def test_state_at_zxid_answers_from_the_lake(spark: Any, lake: Any) -> None:
+def test_state_at_zxid_answers_from_the_lake(lake: Any) -> None:
     from pipelines.time_travel import state_at
 
     h = clean_history()
     h.state("t", 0, 2, 1, 1, [2])
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     meta, tr = _rows(lake, "metadata_events"), _rows(lake, "partition_transitions")
     before = state_at(meta, tr, zxid=6)  # the state znode was just created
     after = state_at(meta, tr, zxid=h.zxid)
@@ -157,7 +157,7 @@ def test_state_at_zxid_answers_from_the_lake(spark: Any, lake: Any) -> None:
     assert state_at(meta, tr, zxid=2)["partitions"] == []
 
 
-def test_a_failover_reseeds_what_the_new_controller_sees_and_time_travel_shows_it(spark: Any, lake: Any) -> None:
+def test_a_failover_reseeds_what_the_new_controller_sees_and_time_travel_shows_it(lake: Any) -> None:
     """The leader's broker vanished and no controller reacted (the old one lost its session): the next controller
     re-derives the partition Offline and the replica ineligible, then Offline (2.3+), without logging anything."""
     from pipelines.time_travel import state_at
@@ -167,7 +167,7 @@ def test_a_failover_reseeds_what_the_new_controller_sees_and_time_travel_shows_i
     h.add("/controller", "DELETE")
     h.controller(2, 2)
     lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     assert _kinds(lake) == []
     failover = max(r["zxid"] for r in _rows(lake, "metadata_events") if r["type"] == "CONTROLLER_ELECTED")
     pt = [(r["from_state"], r["to_state"], r["legal"], r["cause"]) for r in _rows(lake, "partition_transitions")

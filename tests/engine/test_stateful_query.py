@@ -119,9 +119,9 @@ def test_micro_batches_and_restarts_equal_one_batch_in_the_driver(spark: Any, tm
     assert {3, 4} <= kept
 
 
-def test_the_cli_rebuilds_then_monitors_with_the_stateful_engine(tmp_path: Path, reference: Lake) -> None:
-    """`zkledger rebuild --engine stateful` (twice: the second starts over) on the first commits, then `zkledger
-    monitor --engine stateful --available-now` continues on its checkpoint with the rest."""
+def test_the_cli_rebuilds_then_monitors(tmp_path: Path, reference: Lake) -> None:
+    """`zkledger rebuild` (twice: the second starts over) on the first commits, then `zkledger
+    monitor --available-now` continues on its checkpoint with the rest."""
     import subprocess
     import sys
 
@@ -136,10 +136,10 @@ def test_the_cli_rebuilds_then_monitors_with_the_stateful_engine(tmp_path: Path,
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.strip().splitlines()[-1]
 
-    first = cli("rebuild", "--engine", "stateful")
-    assert cli("rebuild", "--engine", "stateful") == first  # from a fresh checkpoint: the same tables
+    first = cli("rebuild")
+    assert cli("rebuild") == first  # from a fresh checkpoint: the same tables
     assert first.startswith("rebuilt ")
     for i, rows in enumerate(commits[2:], start=3):
         lake.append("znode_events", rows, writer_id="t", batch_seq=i)
-    assert "monitor caught up and stopped" in cli("monitor", "--engine", "stateful", "--available-now")
+    assert "monitor caught up and stopped" in cli("monitor", "--available-now")
     assert_same_tables(lake, reference, COMPARED)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine.increment import _arrow_schema
+from lakehouse.spark_schema import spark_arrow_schema
 from models.anomalies import AnomalyKind, SplitBrainReason
 from models.events import MetadataEvent, MetadataEventType, TenureSource, ZnodeChange, ZnodeOp
 from models.ids import event_id
@@ -77,7 +77,7 @@ def test_the_controller_epoch_going_back_is_a_regression_and_a_jump_is_not() -> 
 # --- SPLIT_BRAIN from the logs ---------------------------------------------------------------------------
 def _log_terms(*terms: tuple[int, int, int, int]) -> pa.Table:
     """(controller id, epoch, first, last second it acted) as controller_tenure rows with source 'logs'."""
-    schema = _arrow_schema("controller_tenure")
+    schema = spark_arrow_schema("controller_tenure")
     return pa.Table.from_pylist([{"cluster": "test", "controller_id": cid, "controller_epoch": epoch, "start_zxid": None,
                                   "end_zxid": None, "start_time": T0 + timedelta(seconds=first),
                                   "end_time": T0 + timedelta(seconds=last), "source": str(TenureSource.LOGS)}

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 
-from engine.rebuild import rebuild
+from engine.local_run import run_local
 from lakehouse import arrow_schema
 from models.ids import event_id
 from pipelines import detectors as D
@@ -20,15 +19,13 @@ from pipelines.bucket_fold import BUCKET_COLUMN, BucketState, bucket_step, route
 from pipelines.decode import decode_table, split_decoded
 from tests.history import T0, History, clean_history, decision
 
-pytestmark = pytest.mark.spark
-
 
 def _decision(n: int, kind: str, **cols: Any) -> dict[str, Any]:
     return {"ts": T0 + timedelta(seconds=n), "source_file": "controller.log", "line_no": n, "kind": kind,
             "event_id": event_id("test", "controller.log", n), **cols}
 
 
-def test_log_detectors(spark: Any, lake: Any) -> None:
+def test_log_detectors(lake: Any) -> None:
     history = clean_history()
     history.state("t", 0, 1, 0, 1, [1, 2], seconds=60)  # ZooKeeper's history runs on: the decisions settle
     lake.append("znode_events", history.rows, writer_id="t", batch_seq=1)
@@ -46,7 +43,7 @@ def test_log_detectors(spark: Any, lake: Any) -> None:
         _decision(50, "PARTITION_TRANSITION", controller_id=1, controller_epoch=1, topic="t", partition=0,
                   from_state="OnlinePartition", to_state="OnlinePartition"),  # old controller still acting
     ], writer_id="d", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     got = sorted(r["kind"] for r in lake.read_arrow("anomalies").to_pylist())
     # the invalid transition is also a failed state change (its cause is the illegal step)
     assert got == ["DECISION_ZK_DIVERGENCE", "FAILED_STATE_CHANGE", "FAILED_STATE_CHANGE",

@@ -17,7 +17,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from engine.rebuild import rebuild
 from models.anomalies import AnomalyKind
 from models.events import MetadataEvent, MetadataEventType
-from models.fold import deletion_pending, project_metadata
+from models.fold import deletion_pending
+from models.reference_fold import project_metadata
 from models.states import ReplicaState
 from pipelines.fold_records import FOLD_INPUT
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from engine.rebuild import rebuild
+from engine.local_run import run_local
 from tests.history import History
-
-pytestmark = pytest.mark.spark
 
 
 def _faulty() -> History:
@@ -34,9 +30,9 @@ def _faulty() -> History:
     return h
 
 
-def test_each_fault_yields_exactly_its_anomaly(spark: Any, lake: Any) -> None:
+def test_each_fault_yields_exactly_its_anomaly(lake: Any) -> None:
     lake.append("znode_events", _faulty().rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     got = sorted((r["kind"], r["topic"]) for r in lake.read_arrow("anomalies").to_pylist())
     assert got == sorted([
         ("LEADER_NOT_IN_ISR", "a"), ("ISR_NOT_SUBSET_OF_REPLICAS", "b"), ("LEADER_NOT_LIVE", "c"),
