@@ -10,7 +10,9 @@ the Spark query's checkpoint, which this runner does not write.
 from __future__ import annotations
 
 import uuid
+from itertools import pairwise
 
+import numpy as np
 import pyarrow as pa
 
 from engine.stateful import DEFAULT_BUCKETS
@@ -57,17 +59,35 @@ class LocalRunner:
 
 
 def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION,
-              writer_id: str = LOCAL_WRITER) -> dict[str, int]:
-    """Rebuild every derived table of ``lake`` in this process; returns each derived table's row count."""
+              writer_id: str = LOCAL_WRITER, batch_rows: int | None = None) -> dict[str, int]:
+    """Rebuild every derived table of ``lake`` in this process; returns each derived table's row count.
+
+    ``batch_rows``: run the history in batches of about that many bronze rows in zxid order (a zxid is never
+    split; the decisions go with the last batch), each continuing from the keys' states, as micro-batches do."""
     reset_derived(lake, writer_id)
-    writer = f"{writer_id}-{uuid.uuid4().hex[:12]}"  # a writer per run: each run's batch is its batch 0
+    writer = f"{writer_id}-{uuid.uuid4().hex[:12]}"  # a writer per run: its batches count from 0
     sink = StatefulSink(lake, writer)
     sink.ensure_tables()
-    outputs = LocalRunner(buckets, kafka_version).step(bronze_rows(lake, ZNODE_EVENTS.name),
-                                                       bronze_rows(lake, CONTROLLER_DECISIONS.name))
-    sink.commit(output_records([output_record(lake.root, table, cluster, bucket, ipc_bytes(rows))
-                                for cluster, bucket, table, rows in outputs]), 0)
+    runner = LocalRunner(buckets, kafka_version)
+    bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
+    decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
+    cuts = _zxid_cuts(bronze["zxid"].to_numpy(zero_copy_only=False), batch_rows or max(bronze.num_rows, 1))
+    for i, (a, b) in enumerate(pairwise(cuts)):
+        last = i == len(cuts) - 2
+        outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0))
+        sink.commit(output_records([output_record(lake.root, table, cluster, bucket, ipc_bytes(rows))
+                                    for cluster, bucket, table, rows in outputs]), i)
     return derived_counts(lake)
+
+
+def _zxid_cuts(zxids: np.ndarray, batch_rows: int) -> list[int]:
+    """Batch bounds of about ``batch_rows`` rows over sorted ``zxids``, never inside a zxid's rows."""
+    cuts = [0]
+    while cuts[-1] < len(zxids):
+        at = min(cuts[-1] + batch_rows, len(zxids))
+        at = int(np.searchsorted(zxids, zxids[at - 1], side="right"))  # the whole last zxid
+        cuts.append(at)
+    return cuts if len(cuts) > 1 else [0, 0]
 
 
 def bronze_rows(lake: Lake, table: str) -> pa.Table:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from engine.rebuild import rebuild
+from engine.local_run import run_local
 from models.anomalies import AnomalyKind
 from models.events import MetadataEvent, MetadataEventType
 from models.fold import deletion_pending
@@ -24,8 +24,6 @@ from pipelines.fold_records import FOLD_INPUT
 from pipelines.state_machines import SEED, BucketFolder, GlobalContext
 from pipelines.vector_fold import fold_table
 from tests.history import History
-
-pytestmark = pytest.mark.spark
 
 DOOMED = {0: [1, 2, 3], 1: [2, 3, 1]}
 # the controller's writes once the deletion starts, in the order a real 3.9 controller made them (broker 2 down)
@@ -54,10 +52,10 @@ def _history(*, deletion: bool) -> History:
     return h
 
 
-@pytest.mark.parametrize("chunk_rows", [1_000, 12], ids=["one-increment", "request-and-writes-apart"])
-def test_deletion_with_a_broker_down_raises_nothing(spark: Any, lake: Any, chunk_rows: int) -> None:
+@pytest.mark.parametrize("batch_rows", [1_000, 12], ids=["one-batch", "request-and-writes-apart"])
+def test_deletion_with_a_broker_down_raises_nothing(lake: Any, batch_rows: int) -> None:
     lake.append("znode_events", _history(deletion=True).rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake, chunk_rows=chunk_rows)
+    run_local(lake, batch_rows=batch_rows)
     found = [(r["kind"], r["topic"], r["partition"], r["details"]) for r in lake.read_arrow("anomalies").to_pylist()]
     assert found == []
     rt = [r for r in lake.read_arrow("replica_transitions").to_pylist() if r["topic"] == "doomed"]
@@ -69,9 +67,9 @@ def test_deletion_with_a_broker_down_raises_nothing(spark: Any, lake: Any, chunk
         "NewPartition", "OnlinePartition", "OnlinePartition", "OfflinePartition", "NonExistentPartition"]
 
 
-def test_the_same_writes_without_a_deletion_are_an_outage(spark: Any, lake: Any) -> None:
+def test_the_same_writes_without_a_deletion_are_an_outage(lake: Any) -> None:
     lake.append("znode_events", _history(deletion=False).rows, writer_id="t", batch_seq=1)
-    rebuild(spark, lake)
+    run_local(lake)
     offline = sorted(r["partition"] for r in lake.read_arrow("anomalies").to_pylist()
                      if r["kind"] == AnomalyKind.OFFLINE_PARTITION)
     assert offline == [0, 1]
