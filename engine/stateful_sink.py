@@ -13,7 +13,8 @@ app transaction ``(writer, batch id)``:
    ``controller_tenure``) that changed writes its whole state as one file named after the key, and the commit
    removes that key's older file. No table is scanned or joined;
 4. ``partition_state`` last and always (with no file when nothing changed): its commit marks the batch done,
-   so a replayed batch that finds it skips the job and writes nothing.
+   so a replayed batch that finds it runs the operator (Spark wants its state stores committed) and writes
+   nothing.
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ class StatefulSink:
 
         last = self.lake.last_batch_seq(PARTITION_STATE.name, self.writer_id)
         if last is not None and last >= batch_id:  # every commit of this batch is in: a replay writes nothing
-            log.info("stateful query batch %d: already committed, skipped", batch_id)
+            # the operator still runs: Spark requires every state store partition to commit each batch
+            records.write.format("noop").mode("overwrite").save()
+            log.info("stateful query batch %d: already committed, nothing written", batch_id)
             return
         self.ensure_tables()
         # the one job: the operator runs, the executors write the files, the driver gets their fields
