@@ -50,6 +50,10 @@ CLUSTER_STAGE = -1
 about one partition, collection gaps) of the streaming query, one key per cluster."""
 EMIT_COLUMN = "_emit"
 """On a routed event: this copy is the one written to ``metadata_events`` (broadcast copies only fold)."""
+TXNLOG_COLUMN = "_txnlog"
+"""On a decoded event: it comes from a transaction-log row (the lossless source) rather than a watch's read."""
+TXNLOG_RANGE = pa.schema([pa.field("lo", pa.int64()), pa.field("hi", pa.int64())])
+"""The lowest and highest zxid the transaction-log collector has delivered (0 rows: none yet, or 1)."""
 GLOBAL_COLUMNS = ("cluster", "zxid", "_seq", "path", "event_id", "type", "event_time", "broker", "controller_id",
                   "controller_epoch", "detail")
 """The columns of a cluster-wide event each bucket keeps for its timeline replay."""
@@ -93,6 +97,37 @@ def route(meta: pa.Table, buckets: int) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+def to_every_bucket(rows: pa.Table, buckets: int) -> pa.Table:
+    """``rows`` (one or a few per cluster) copied to every bucket of their cluster, with a ``bucket`` column."""
+    copies = rows.take(pa.array(np.repeat(np.arange(rows.num_rows), buckets), pa.int64()))
+    return copies.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), rows.num_rows)))
+
+
+def widened_range(carried: pa.Table, batch: pa.Table | None) -> pa.Table:
+    """The carried TXNLOG_RANGE widened by a batch's ranges (rows of TXNLOG_RANGE from its tasks)."""
+    if batch is None or batch.num_rows == 0:
+        return carried
+    both = pa.concat_tables([carried, batch.select(TXNLOG_RANGE.names).cast(TXNLOG_RANGE)])
+    return pa.table({"lo": [pc.min(both["lo"]).as_py()], "hi": [pc.max(both["hi"]).as_py()]}, TXNLOG_RANGE)
+
+
+def range_bounds(txnlog: pa.Table) -> tuple[int | None, int | None]:
+    """A TXNLOG_RANGE as (lo, hi), (None, None) when empty."""
+    return (None, None) if txnlog.num_rows == 0 else (txnlog["lo"][0].as_py(), txnlog["hi"][0].as_py())
+
+
+def not_superseded(events: pa.Table, txnlog: pa.Table) -> pa.Table:
+    """``events`` less those a watch or resync read at a zxid the transaction log has delivered: the log holds
+    that change losslessly (a watch sees a multi's create and set as one create, under another event id), and
+    its own rows of it are kept wherever they arrive."""
+    lo, hi = range_bounds(txnlog)
+    if lo is None or hi is None or events.num_rows == 0:
+        return events
+    inside = pc.and_(pc.greater_equal(events["zxid"], lo), pc.less_equal(events["zxid"], hi))
+    drop = pc.fill_null(pc.and_(pc.invert(events[TXNLOG_COLUMN]), inside), False)
+    return events if not pc.any(drop).as_py() else events.filter(pc.invert(drop))
+
+
 def at_stage(rows: pa.Table) -> pa.Table:
     """``rows`` with a ``bucket`` column sending each to its cluster's stage."""
     return rows.append_column(BUCKET_COLUMN, pa.array(np.full(rows.num_rows, CLUSTER_STAGE, np.int32)))
@@ -125,12 +160,13 @@ class BucketState:
     recent_ids: pa.Table  # RECENT_IDS: the newest metadata event ids this key has written
     pending_decisions: pa.Table  # detectors.PENDING_DECISIONS: its keys' decisions not settled yet
     zk_time: pa.Table  # ZK_TIME less the cluster: the latest ZooKeeper event time of its cluster (0 or 1 row)
+    txnlog: pa.Table  # TXNLOG_RANGE of its cluster
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
         return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
                    _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table(),
-                   D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table())
+                   D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table(), TXNLOG_RANGE.empty_table())
 
 
 ZK_TIME = pa.schema([pa.field("cluster", pa.string()), pa.field("zk_time", pa.int64())])
@@ -145,9 +181,7 @@ def zk_times(meta: pa.Table, buckets: int) -> pa.Table:
     timed = pa.table({"cluster": meta["cluster"], "zk_time": D.micros(meta["event_time"])}).filter(
         pc.is_valid(pc.field("zk_time")))
     top = timed.group_by("cluster").aggregate([("zk_time", "max")])
-    top = pa.table({"cluster": top["cluster"], "zk_time": top["zk_time_max"]}, schema=ZK_TIME)
-    rows = top.take(pa.array(np.repeat(np.arange(top.num_rows), buckets), pa.int64()))
-    return rows.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), top.num_rows)))
+    return to_every_bucket(pa.table({"cluster": top["cluster"], "zk_time": top["zk_time_max"]}, schema=ZK_TIME), buckets)
 
 
 RECENT_IDS = pa.schema([pa.field("zxid", pa.int64()), pa.field("event_id", pa.string())])
@@ -246,19 +280,22 @@ def fold_bucket(state: BucketState, rows: pa.Table,
 
 
 def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: pa.Table | None,
-                kafka_version: str, zk_time: pa.Table | None = None) -> tuple[dict[str, pa.Table], BucketState]:
+                kafka_version: str, zk_time: pa.Table | None = None,
+                txnlog: pa.Table | None = None) -> tuple[dict[str, pa.Table], BucketState]:
     """One bucket's micro-batch in the streaming query: (its rows of each output table by table name, its next
     state).
 
     ``events``: the bucket's routed events (``route``: ``_seq`` and ``_emit`` besides ``metadata_events``'
     columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None; ``zk_time``:
-    its cluster's latest ZooKeeper event times this batch (``zk_times``), or None. Out: the
+    its cluster's latest ZooKeeper event times this batch (``zk_times``), or None; ``txnlog``: the transaction
+    log's delivered ranges this batch (TXNLOG_RANGE rows), or None. Out: the
     ``metadata_events`` it writes, the transitions, its whole state when the fold changed it, and the anomalies its keys show
     (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
     """
-    events, recent = first_seen(events, state.recent_ids)
-    state = replace(state, recent_ids=recent)
-    folded = events.filter(pc.is_in(events["type"], pa.array(FOLDED_TYPES))).drop_columns([EMIT_COLUMN])
+    txn = widened_range(state.txnlog, txnlog)
+    events, recent = first_seen(not_superseded(events, txn), state.recent_ids)
+    state = replace(state, recent_ids=recent, txnlog=txn)
+    folded = events.filter(pc.is_in(events["type"], pa.array(FOLDED_TYPES))).drop_columns([EMIT_COLUMN, TXNLOG_COLUMN])
     out: dict[str, pa.Table] = {
         METADATA_EVENTS.name: events.filter(events[EMIT_COLUMN]).select(list(METADATA_EVENTS.column_names))}
     found: list[pa.Table] = []

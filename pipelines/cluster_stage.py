@@ -31,7 +31,17 @@ from models.tables import (
     METADATA_EVENTS,
 )
 from pipelines import detectors as D
-from pipelines.bucket_fold import GLOBAL_COLUMNS, RECENT_IDS, first_seen, ipc_bytes, ipc_table
+from pipelines.bucket_fold import (
+    GLOBAL_COLUMNS,
+    RECENT_IDS,
+    TXNLOG_RANGE,
+    first_seen,
+    ipc_bytes,
+    ipc_table,
+    not_superseded,
+    range_bounds,
+    widened_range,
+)
 from pipelines.controller import (
     DEFAULT_NO_CONTROLLER_THRESHOLD,
     GLOBAL_TYPES,
@@ -54,7 +64,6 @@ class StreamPart(StrEnum):
     ZK_TIME = "zk_time"  # to every bucket: its cluster's latest ZooKeeper event time (pipelines.bucket_fold.zk_times)
 
 
-TXNLOG_RANGE = pa.schema([pa.field("lo", pa.int64()), pa.field("hi", pa.int64())])
 RESIGN_MARKS = pa.schema([pa.field("controller_id", pa.int32()), pa.field("event_id", pa.string()),
                           pa.field("ts", pa.timestamp("us", tz="UTC")),
                           pa.field("next_activity", pa.timestamp("us", tz="UTC"))])
@@ -85,16 +94,6 @@ class ClusterState:
         gl, terms, resigns, txn, recent = (ipc_table(b) for b in blobs)
         return cls(gl, terms, resigns, txn, recent)
 
-    @property
-    def txnlog_range(self) -> tuple[int | None, int | None]:
-        if self.txnlog.num_rows == 0:
-            return None, None
-        return self.txnlog["lo"][0].as_py(), self.txnlog["hi"][0].as_py()
-
-
-def txnlog_range_row(lo: int | None, hi: int | None) -> pa.Table:
-    """The TXNLOG part of a task (no row when it read no txnlog row)."""
-    return TXNLOG_RANGE.empty_table() if lo is None or hi is None else pa.table({"lo": [lo], "hi": [hi]}, TXNLOG_RANGE)
 
 
 def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.Table],
@@ -103,16 +102,17 @@ def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.T
     """One cluster's micro-batch: (its rows of each output table by table name, its next state)."""
     events = parts.get(StreamPart.EVENTS)
     decisions = parts.get(StreamPart.DECISIONS)
+    txnlog = widened_range(state.txnlog, parts.get(StreamPart.TXNLOG))
+    txn_range = range_bounds(txnlog)
     recent = state.recent_ids
     if events is not None:
-        events, recent = first_seen(events, recent)
+        events, recent = first_seen(not_superseded(events, txnlog), recent)
     out: dict[str, pa.Table] = {}
     if events is not None:
         out[METADATA_EVENTS.name] = events.select(list(METADATA_EVENTS.column_names))
     if StreamPart.QUARANTINE in parts:
         out[DECODE_QUARANTINE.name] = parts[StreamPart.QUARANTINE].select(list(DECODE_QUARANTINE.column_names))
 
-    txn_range = _widened(state.txnlog_range, parts.get(StreamPart.TXNLOG))
     batch = (events.filter(pc.is_in(events["type"], pa.array(GLOBAL_TYPES))).select(list(GLOBAL_COLUMNS))
              .cast(state.global_events.schema) if events is not None else state.global_events.slice(0, 0))
     batch_ids = set(batch["event_id"].to_pylist())
@@ -140,16 +140,5 @@ def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.T
     if batch.num_rows or (decisions is not None and decisions.num_rows):  # else the terms cannot have changed
         zk_terms = pa.Table.from_pylist(timeline.tenure, spark_arrow_schema(CONTROLLER_TENURE))
         out[CONTROLLER_TENURE.name] = pa.concat_tables([zk_terms, log_terms.cast(zk_terms.schema)])
-    lo, hi = txn_range
-    after = ClusterState(pa.concat_tables([history, batch]), log_terms, resigns, txnlog_range_row(lo, hi), recent)
+    after = ClusterState(pa.concat_tables([history, batch]), log_terms, resigns, txnlog, recent)
     return out, after
-
-
-def _widened(carried: tuple[int | None, int | None], batch: pa.Table | None) -> tuple[int | None, int | None]:
-    """The carried txnlog range widened by this batch's tasks' ranges."""
-    if batch is None or batch.num_rows == 0:
-        return carried
-    los = [v for v in (carried[0], pc.min(batch["lo"]).as_py()) if v is not None]
-    his = [v for v in (carried[1], pc.max(batch["hi"]).as_py()) if v is not None]
-    return min(los, default=None), max(his, default=None)
-

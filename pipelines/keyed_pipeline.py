@@ -25,11 +25,13 @@ from pipelines.bucket_fold import (
     CLUSTER_STAGE,
     EMIT_COLUMN,
     GLOBAL_COLUMNS,
+    TXNLOG_COLUMN,
     BucketState,
     at_stage,
     bucket_step,
     route,
     route_decisions,
+    to_every_bucket,
     zk_times,
 )
 from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
@@ -37,8 +39,10 @@ from pipelines.decode import decode_table, split_decoded
 from pipelines.detectors import GAP_COLUMNS
 
 SEQ_COLUMN = "_seq"
-META_SEQ = pa.schema([*spark_arrow_schema(METADATA_EVENTS), pa.field(SEQ_COLUMN, pa.int32())])
-"""A decoded metadata event as the keys receive it: ``metadata_events``' columns and its order within its zxid."""
+META_SEQ = pa.schema([*spark_arrow_schema(METADATA_EVENTS), pa.field(SEQ_COLUMN, pa.int32()),
+                      pa.field(TXNLOG_COLUMN, pa.bool_())])
+"""A decoded metadata event as the keys receive it: ``metadata_events``' columns, its order within its zxid, and
+whether a transaction-log row gave it."""
 GLOBAL_SCHEMA = pa.schema([META_SEQ.field(c) for c in GLOBAL_COLUMNS])
 ROUTED_EVENTS = META_SEQ.append(pa.field(EMIT_COLUMN, pa.bool_()))
 
@@ -51,13 +55,21 @@ def route_znode_rows(bronze: pa.Table, buckets: int) -> list[tuple[StreamPart, p
     and the transaction log's zxid range go to the cluster's stage; each cluster's latest ZooKeeper time to all
     its buckets."""
     meta, quarantine = split_decoded(decode_table(bronze))
+    # after the dedupe, a zxid the log delivered here has only the log's rows
+    from_log = pc.is_in(meta["zxid"], pc.unique(bronze.filter(_is_txnlog(bronze))["zxid"]))
+    meta = meta.append_column(TXNLOG_COLUMN, pc.fill_null(from_log, False))
     gaps = bronze.filter(pc.fill_null(pc.greater(bronze["missed_versions"], 0), False)).select(list(GAP_COLUMNS))
-    txn = bronze.filter(pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False))
+    txn = bronze.filter(_is_txnlog(bronze))
     ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
     ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
     return [(StreamPart.EVENTS, route(meta.select(META_SEQ.names).cast(META_SEQ), buckets)),
             (StreamPart.ZK_TIME, zk_times(meta, buckets)), (StreamPart.QUARANTINE, at_stage(quarantine)),
-            (StreamPart.GAPS, at_stage(gaps)), (StreamPart.TXNLOG, at_stage(ranges))]
+            (StreamPart.GAPS, at_stage(gaps)),
+            (StreamPart.TXNLOG, pa.concat_tables([at_stage(ranges), to_every_bucket(ranges, buckets)]))]
+
+
+def _is_txnlog(bronze: pa.Table) -> pa.ChunkedArray:
+    return pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False)
 
 
 def route_decision_rows(decisions: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
@@ -78,7 +90,7 @@ def step_key(cluster: str, bucket: int, parts: dict[StreamPart, pa.Table], state
         return cluster_step(cluster, state, parts)
     events = parts.get(StreamPart.EVENTS, ROUTED_EVENTS.empty_table())
     return bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), kafka_version,
-                       parts.get(StreamPart.ZK_TIME))
+                       parts.get(StreamPart.ZK_TIME), parts.get(StreamPart.TXNLOG))
 
 
 def by_key(rows: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:

@@ -98,3 +98,16 @@ def split_brain_log() -> list[dict[str, Any]]:
     """Controller 2's log: ready at epoch 2, then resigned (the KAFKA-13407 shape with `split_brain_history`)."""
     return [decision(10.5, "CONTROLLER_READY", controller_id=2, controller_epoch=2, broker_id=2),
             decision(12.5, "CONTROLLER_RESIGNED", controller_id=2, broker_id=2)]
+
+
+def recluster(rows: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
+    """``rows`` built here (znode_events or controller_decisions) for another cluster: the cluster column and
+    the event ids, which name it (two clusters' copies of one history then share no id)."""
+    out = []
+    for r in rows:
+        if "zxid" in r:
+            eid = event_id(cluster, r["source"], r["zxid"], r["path"], r["op"])
+        else:
+            eid = event_id(cluster, r["source_file"], 0, r["line_no"])
+        out.append({**r, "cluster": cluster, "event_id": eid})
+    return out

@@ -7,16 +7,16 @@ import os
 import random
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engine.writes import MONITOR_WRITER
-from models.tables import CONTROLLER_DECISIONS, PARTITION_STATE, ZNODE_EVENTS
+from engine.stateful import WRITER_FILE, stateful_checkpoint
+from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.decode import decode_table, split_decoded
 from tests.e2e.scenario_lakes import Run, play_all
 
@@ -26,10 +26,10 @@ Chunk = list[tuple[str, pa.Table]]
 
 
 @pytest.fixture(scope="session")
-def runs(zk_server: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory,
+def runs(zk_server: Any, tmp_path_factory: pytest.TempPathFactory,
          takes_minutes: None) -> Iterator[dict[tuple[str, str], Run]]:
     """Every built-in scenario played, collected and rebuilt once per worker (`tests/e2e/scenario_lakes.py`)."""
-    yield play_all(zk_server, spark, tmp_path_factory.mktemp("e2e"))
+    yield play_all(zk_server, tmp_path_factory.mktemp("e2e"))
 
 
 def bronze(lake: Any) -> dict[str, pa.Table]:
@@ -108,25 +108,23 @@ def feed(lake: Any, chunk: Sequence[tuple[str, pa.Table]], seq: int) -> None:
             lake.append(table, rows, writer_id=f"copy-{table}", batch_seq=seq)
 
 
-def monitor_cmd(lake: Any, *extra: str) -> list[str]:
-    """`zkledger monitor` on ``lake`` as its own process (to be killed for real)."""
-    return [sys.executable, "-m", "zkledger.cli", "--lake", str(lake.root), "--cluster", lake.cluster, "monitor",
-            *extra]
+def monitor_cmd(lake: Any, conf: Path, *extra: str) -> list[str]:
+    """`zkledger monitor` on ``lake`` as its own process (to be killed for real), with the settings ``conf``."""
+    return [sys.executable, "-m", "zkledger.cli", "--conf", str(conf), "--lake", str(lake.root), "--cluster",
+            lake.cluster, "monitor", *extra]
 
 
-def run_monitor(lake: Any, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(monitor_cmd(lake, *extra), capture_output=True, text=True, timeout=300,
-                          env=env if env is not None else dict(os.environ))
+def run_monitor(lake: Any, conf: Path, *extra: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The monitor process run to its end, or killed by the lake's crash hook at ``crash`` (``CRASH_ENV``)."""
+    from lakehouse.lake import CRASH_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    if crash is not None:
+        env[CRASH_ENV] = crash
+    return subprocess.run(monitor_cmd(lake, conf, *extra), capture_output=True, text=True, timeout=900, env=env)
 
 
-def wait_for_batch(lake: Any, proc: subprocess.Popen[bytes], at_least: int, limit: float = 150.0) -> None:
-    """Poll until the monitor committed micro-batch ``at_least`` (not a timing assertion: a generous cap)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        table = PARTITION_STATE.name
-        last = lake.last_batch_seq(table, MONITOR_WRITER) if lake.exists(table) else None
-        if last is not None and last >= at_least:
-            return
-        assert proc.poll() is None, "the monitor exited early"
-        time.sleep(0.5)
-    raise AssertionError(f"monitor did not commit batch {at_least}")
+def monitor_writer(lake: Any) -> str | None:
+    """The app-transaction writer of the checkpoint `zkledger monitor` uses on ``lake`` (None: not started yet)."""
+    path = Path(stateful_checkpoint(None, str(lake.root))) / WRITER_FILE
+    return path.read_text().strip() if path.exists() else None

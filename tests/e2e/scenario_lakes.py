@@ -2,10 +2,10 @@
 
 Each (scenario, Kafka version) plays into its own chroot of the session ZooKeeper with the watch collector
 running, then the transaction log (same chroot) and the controller/state-change logs are collected into a lake
-of its own (the pipeline replays one cluster's timeline, so clusters are not mixed). All runs are played first,
-then rebuilt concurrently on the one shared Spark session: a rebuild is mostly driver-side latency, so a few at
-once keep the play fast on 2 cores. `tests/e2e/conftest.py` serves the result as the session fixture `runs`;
-the lakes are read-only from then on.
+of its own, its cluster named after the run (the pipeline replays one cluster's timeline, so clusters are not
+mixed). Each lake is then rebuilt by the pipeline's steps run in the driver (``engine.local_run.run_local``:
+all history in one batch, no Spark), the reference the differential suite holds the Spark query to.
+`tests/e2e/conftest.py` serves the result as the session fixture `runs`; the lakes are read-only from then on.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,24 +115,22 @@ def _play(zk_server: Any, root: Path, name: str, version: str) -> tuple[Scenario
     return result, lake, time.monotonic() - t0, txn_lake
 
 
-def _rebuild(spark: Any, lake: Any) -> tuple[list[dict[str, Any]], float]:
-    from engine.rebuild import rebuild
+def _rebuild(lake: Any) -> tuple[list[dict[str, Any]], float]:
+    from engine.local_run import run_local
 
     t0 = time.monotonic()
-    rebuild(spark, lake)
+    run_local(lake)
     rows: list[dict[str, Any]] = lake.read_arrow("anomalies").to_pylist() if lake.exists("anomalies") else []
     return rows, time.monotonic() - t0
 
 
-def play_all(zk_server: Any, spark: Any, root: Path) -> dict[tuple[str, str], Run]:
-    """Every run in RUNS played, collected and rebuilt in process (one increment) under ``root``."""
+def play_all(zk_server: Any, root: Path) -> dict[tuple[str, str], Run]:
+    """Every run in RUNS played, collected and rebuilt in the driver (``run_local``) under ``root``."""
     played = {(n, v): _play(zk_server, root, n, v) for n, v in RUNS}
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="rebuild") as pool:
-        futures = {key: pool.submit(_rebuild, spark, lake) for key, (_r, lake, _s, _t) in played.items()}
-        txn = [pool.submit(_rebuild, spark, t) for (_r, _l, _s, t) in played.values() if t is not None]
-        rebuilt = {key: f.result() for key, f in futures.items()}
-        for f in txn:
-            f.result()
+    rebuilt = {key: _rebuild(lake) for key, (_r, lake, _s, _t) in played.items()}
+    for _r, _l, _s, txn in played.values():
+        if txn is not None:
+            _rebuild(txn)
     for key, (_r, _l, secs, _t) in played.items():
         log.info("e2e %s: play+collect %.1fs, rebuild %.1fs", key, secs, rebuilt[key][1])
     return {key: Run(key[0], key[1], res, lake, rebuilt[key][0], {"play": secs, "rebuild": rebuilt[key][1]}, t)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.scenario_lakes import RUN_IDS, RUNS
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = pytest.mark.integration
 
 Row = dict[str, Any]
 _CHANGES = ("CREATE", "SET", "DELETE", "MULTI_FAILED")

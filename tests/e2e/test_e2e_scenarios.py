@@ -1,7 +1,7 @@
 """End to end: every built-in scenario played on a real ZooKeeper, collected by three collectors and rebuilt
-(the session's `runs`, tests/e2e/scenario_lakes.py). The tests read the lakes back: anomaly kinds against the
-scenario's declaration and `zkledger state --zxid` at every checkpoint. Other ways of running the same bronze
-are compared with these rebuilds in test_differential.py.
+in the driver (the session's `runs`, tests/e2e/scenario_lakes.py). The tests read the lakes back: anomaly kinds
+against the scenario's declaration and `zkledger state --zxid` at every checkpoint. The Spark query's ways of
+running the same bronze are compared with these rebuilds in test_differential.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import make_chroot
 from tests.e2e.scenario_lakes import COLLECTION_KINDS, RUN_IDS, RUNS, TXN_ONLY, Run
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = pytest.mark.integration
 
 
 def test_txnlog_does_not_attribute_older_failed_multis_to_a_new_chroot(runs: dict[tuple[str, str], Run],

@@ -10,8 +10,8 @@ import pytest
 from models.anomalies import AnomalyKind
 from models.events import Source
 from pipelines import bucket_fold
-from pipelines.bucket_fold import RECENT_IDS, first_seen
-from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step, txnlog_range_row
+from pipelines.bucket_fold import RECENT_IDS, TXNLOG_RANGE, first_seen, range_bounds
+from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
 from pipelines.detectors import GAP_COLUMNS
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -31,8 +31,8 @@ def _empty_state() -> ClusterState:
 
 
 def test_a_watch_gap_inside_the_txnlog_range_of_an_earlier_batch_is_not_an_anomaly() -> None:
-    _, state = cluster_step("c", _empty_state(), {StreamPart.TXNLOG: txnlog_range_row(100, 200)})
-    assert state.txnlog_range == (100, 200)
+    _, state = cluster_step("c", _empty_state(), {StreamPart.TXNLOG: pa.table({"lo": [100], "hi": [200]}, TXNLOG_RANGE)})
+    assert range_bounds(state.txnlog) == (100, 200)
     state = ClusterState.from_bytes(state.to_bytes())  # as Spark's state store gives it back
     covered, state = cluster_step("c", state, {StreamPart.GAPS: _gap(150)})
     outside, _ = cluster_step("c", state, {StreamPart.GAPS: _gap(250)})
@@ -53,3 +53,33 @@ def test_the_remembered_ids_are_bounded_to_the_newest(monkeypatch: pytest.Monkey
     _, recent = first_seen(pa.table({"zxid": pa.array(range(10), pa.int64()), "event_id": [f"e{i}" for i in range(10)]}),
                            RECENT_IDS.empty_table())
     assert sorted(recent["zxid"].to_pylist()) == [7, 8, 9]
+
+
+def test_a_multi_read_by_both_collectors_in_different_batches_is_one_event() -> None:
+    """Kafka registers a broker with one multi (create, then set): the transaction log has both rows, a watch one
+    create with the payload, under another event id. Whichever batch the watch's copy arrives in after the log's,
+    only the log's event is kept, by the buckets and by the cluster's stage."""
+    from engine.local_run import LocalRunner
+    from lakehouse.spark_schema import spark_arrow_schema
+    from simulator import payloads as zc
+    from tests.history import History
+
+    h = History()
+    h.broker(2)
+    payload = zc.encode_broker_registration(1, "h1", 9092, "3.8")
+    h.add("/brokers/ids/1", "CREATE", b"", zxid=2, version=0)
+    h.add("/brokers/ids/1", "SET", payload, zxid=2, version=1)
+    h.add("/brokers/ids/1", "CREATE", payload, zxid=2, source="watch", version=1)
+    schema = spark_arrow_schema("znode_events")
+    rows = [{k: {**r, "cluster": "c"}.get(k) for k in schema.names} for r in h.rows]
+    no_decisions = spark_arrow_schema("controller_decisions").empty_table()
+
+    def registrations(batches: list[list[dict[str, object]]]) -> list[str]:
+        runner = LocalRunner(buckets=4)
+        return [e["event_id"] for b in batches
+                for _, _, table, out in runner.step(pa.Table.from_pylist(b, schema=schema), no_decisions)
+                if table == "metadata_events" for e in out.to_pylist() if e["path"] == "/brokers/ids/1"]
+
+    together = registrations([rows])
+    assert len(together) == 1
+    assert registrations([rows[:-1], rows[-1:]]) == together  # the watch's copy a batch after the log's

@@ -13,10 +13,12 @@ import pyarrow.compute as pc
 
 from engine.local_run import run_local
 from lakehouse import arrow_schema
+from lakehouse.spark_schema import spark_arrow_schema
 from models.ids import event_id
 from pipelines import detectors as D
-from pipelines.bucket_fold import BUCKET_COLUMN, BucketState, bucket_step, route, zk_times
-from pipelines.decode import decode_table, split_decoded
+from pipelines.bucket_fold import BUCKET_COLUMN, BucketState, bucket_step, zk_times
+from pipelines.cluster_stage import StreamPart
+from pipelines.keyed_pipeline import META_SEQ, route_znode_rows
 from tests.history import T0, History, clean_history, decision
 
 
@@ -175,9 +177,10 @@ def test_a_buckets_carried_writes_stay_bounded_over_many_leader_changes() -> Non
     changes = 4 * KEPT
     h = _bronze_leader_changes(changes)
     bronze = pa.Table.from_pylist(h.rows, schema=arrow_schema("znode_events"))
-    meta, _ = split_decoded(decode_table(bronze))
-    routed = route(meta, 1).drop_columns([BUCKET_COLUMN])
-    state = BucketState.empty(meta.schema)
+    parts = dict(route_znode_rows(bronze.cast(spark_arrow_schema("znode_events")), 1))
+    routed = parts[StreamPart.EVENTS].filter(pc.equal(parts[StreamPart.EVENTS][BUCKET_COLUMN], 0)).drop_columns(
+        [BUCKET_COLUMN])
+    state = BucketState.empty(META_SEQ)
     cuts = np.linspace(0, h.zxid, 9).astype(int)  # eight micro-batches by zxid
     newest = 1 + (changes - 1) % 3
     logged = pa.Table.from_pylist([  # logged at 1 s, delivered with the last batch: settled at once
@@ -192,7 +195,8 @@ def test_a_buckets_carried_writes_stay_bounded_over_many_leader_changes() -> Non
     for i, (lo, hi) in enumerate(pairwise(cuts)):
         batch = routed.filter(pc.and_(pc.greater(routed["zxid"], lo), pc.less_equal(routed["zxid"], hi)))
         last = i == len(cuts) - 2
-        out, state = bucket_step("test", state, batch, logged if last else None, "2.0", zk_times(batch, 1))
+        out, state = bucket_step("test", state, batch, logged if last else None, "2.0",
+                                 zk_times(batch, 1).drop_columns([BUCKET_COLUMN]))
         so_far = sorted(set(routed.filter(pc.less_equal(routed["zxid"], hi))["leader_epoch"].drop_null().to_pylist()))
         assert sorted(state.zk_writes["leader_epoch"].to_pylist()) == so_far[-KEPT:]  # at most KEPT rows, the newest
         found += out["anomalies"].filter(pc.equal(out["anomalies"]["kind"], "DECISION_ZK_DIVERGENCE")).to_pylist()
