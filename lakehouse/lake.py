@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -224,33 +224,14 @@ class Lake:
         if batch_seq < 0:
             raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
         data = self.conform(table, rows)
-        self.ensure(table)
-        for attempt in range(_COMMIT_RETRIES):
-            with self._current(table) as dt:  # per attempt: the check, the commit and the checkpoint share it
-                last = dt.transaction_version(writer_id)
-                if last is not None and last >= batch_seq:
-                    log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq,
-                             last)
-                    return False
-                crash_point("before_commit", batch_seq)
-                try:
-                    write_deltalake(
-                        dt,
-                        data,
-                        mode=mode,
-                        commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
-                                                           custom_metadata=dict(metadata) if metadata else None),
-                    )
-                except CommitFailedError as e:
-                    # A concurrent writer won the race for this version (e.g. overwrite vs append).
-                    log.warning("%s: commit conflict (attempt %d): %s", table, attempt + 1, e)
-                    time.sleep(0.05 * (attempt + 1))
-                    continue
-                crash_point("after_commit", batch_seq)
-                self._maybe_checkpoint(dt)
+
+        def write(dt: DeltaTable, properties: CommitProperties) -> None:
+            write_deltalake(dt, data, mode=mode, commit_properties=properties)
+
+        done = self._commit_once(table, writer_id, batch_seq, write, metadata)
+        if done:
             log.debug("%s: committed %d rows as %s/%d (%s)", table, data.num_rows, writer_id, batch_seq, mode)
-            return True
-        raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
+        return done
 
     def commit_files(self, table: str, files: Sequence[DataFile], writer_id: str, batch_seq: int, *,
                      replace_keys: Collection[tuple[str, int]] = (), replace_all: bool = False,
@@ -261,30 +242,41 @@ class Lake:
         Files may be none: the commit then only records the batch."""
         if batch_seq < 0:
             raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
+
+        def commit(dt: DeltaTable, properties: CommitProperties) -> None:
+            now = int(time.time() * 1000)
+            actions: list[AddAction | RemoveAction] = [
+                AddAction(f.path, f.size, {}, f.modified_ms, True, f.stats) for f in files]
+            if replace_keys or replace_all:
+                present = pa.table(dt.get_add_actions(flatten=True))
+                for path, size in zip(present.column("path").to_pylist(), present.column("size_bytes").to_pylist(),
+                                      strict=True):
+                    if replace_all or file_key(path) in replace_keys:
+                        actions.append(RemoveAction(path, True, now, size))
+            dt.create_write_transaction(actions, mode="append", schema=arrow_schema(table),
+                                        commit_properties=properties)
+
+        return self._commit_once(table, writer_id, batch_seq, commit, metadata)
+
+    def _commit_once(self, table: str, writer_id: str, batch_seq: int,
+                     commit: Callable[[DeltaTable, CommitProperties], None],
+                     metadata: Mapping[str, str] | None) -> bool:
+        """Run ``commit`` on the table's newest version under the app transaction ``(writer_id, batch_seq)``,
+        unless the table holds that batch already (False); a commit that loses a race is tried again."""
         self.ensure(table)
         for attempt in range(_COMMIT_RETRIES):
-            with self._current(table) as dt:
+            with self._current(table) as dt:  # per attempt: the check, the commit and the checkpoint share it
                 last = dt.transaction_version(writer_id)
                 if last is not None and last >= batch_seq:
                     log.info("%s: batch %s/%d already committed (last %d), skipped", table, writer_id, batch_seq,
                              last)
                     return False
-                now = int(time.time() * 1000)
-                actions: list[AddAction | RemoveAction] = [
-                    AddAction(f.path, f.size, {}, f.modified_ms, True, f.stats) for f in files]
-                if replace_keys or replace_all:
-                    present = pa.table(dt.get_add_actions(flatten=True))
-                    for path, size in zip(present.column("path").to_pylist(),
-                                          present.column("size_bytes").to_pylist(), strict=True):
-                        if replace_all or file_key(path) in replace_keys:
-                            actions.append(RemoveAction(path, True, now, size))
                 crash_point("before_commit", batch_seq)
                 try:
-                    dt.create_write_transaction(
-                        actions, mode="append", schema=arrow_schema(table),
-                        commit_properties=CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
-                                                           custom_metadata=dict(metadata) if metadata else None))
+                    commit(dt, CommitProperties(app_transactions=[Transaction(writer_id, batch_seq)],
+                                                custom_metadata=dict(metadata) if metadata else None))
                 except CommitFailedError as e:
+                    # A concurrent writer won the race for this version (e.g. overwrite vs append).
                     log.warning("%s: commit conflict (attempt %d): %s", table, attempt + 1, e)
                     time.sleep(0.05 * (attempt + 1))
                     continue
