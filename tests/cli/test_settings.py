@@ -21,7 +21,8 @@ def test_defaults_load_from_the_package_not_the_cwd(tmp_path: Path, monkeypatch:
     assert isinstance(s, Settings)
     assert (s.lake.root, s.lake.cluster) == ("./lake", "local")
     assert (s.spark.master, s.spark.shuffle_partitions) == ("local[2]", 4)
-    assert s.streaming.trigger_seconds == 1.0
+    assert (s.streaming.trigger_seconds, s.streaming.max_files_per_trigger) == (1.0, 1000)
+    assert s.pipeline.buckets == 32
     assert Path(s.streaming.checkpoint_root) == Path("./lake/_checkpoints")
     assert s.monitor.webhook == "" and s.monitor.quality_each_batch is False
     assert s.zookeeper.tls.use_ssl is False and s.zookeeper.auth_data == []
@@ -92,6 +93,10 @@ def test_deep_merge_does_not_mutate_inputs() -> None:
         ('[zookeeper]\nchroot = "kafka"', "conf: zookeeper.chroot must be empty or an absolute path"),
         ('[zookeeper]\nauth_scheme = "sasl"', "conf: zookeeper.auth_scheme must be '' or 'digest', got 'sasl'"),
         ("[streaming]\ntrigger_seconds = -1", "conf: streaming.trigger_seconds must be a positive number, got -1"),
+        ("[pipeline]\nbuckets = 0", "conf: pipeline.buckets must be a positive integer, got 0"),
+        # keys of the removed in-process engine: an old conf file fails loudly rather than being half-applied
+        ('[pipeline]\nengine = "stateful"', "conf: unknown key pipeline.engine"),
+        ("[pipeline]\nlocal_max_rows = 0", "conf: unknown key pipeline.local_max_rows"),
         ('[monitor]\nwebhook = "ftp://x"', "conf: monitor.webhook must be empty or an http(s) URL"),
         ('spark = "local"', "conf: spark must be a table, got 'local'"),
         ("[spark.extra]\nnested = { a = 1 }", "conf: spark.extra.nested must be a string, number or boolean"),
