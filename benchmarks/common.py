@@ -10,14 +10,15 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -152,37 +153,170 @@ def offline_history(lake_dir: Path, events: int, partitions: int) -> Any:
     return Lake(lake_dir, cluster="bench")
 
 
-def connector_floor(spark: Any, lake: Any, floor_dir: Path) -> tuple[float, float, int]:
-    """The Spark path's I/O alone over ``lake``, a rebuilt one: (seconds reading its bronze history through
-    Delta's streaming source, seconds writing every derived table again through Delta's connector, output rows).
+def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, Any]:
+    """The one engine's I/O alone over ``lake``, a lake it has just filled: its reads and its writes with
+    nothing computed in between (no decode, routing, fold or detector).
 
-    The derived tables are held in Spark's memory first (untimed) and written side by side, as the stateful
-    query's sink writes them; no decode, fold or detector runs. No Spark pipeline that reads and writes these
-    tables through the connector can beat it on the same machine.
+    Reads: every bronze table through Delta's streaming source in one query (availableNow, uncapped, as the
+    rebuild reads), each row hashed and dropped (``read_s``), and once more through a ``mapInArrow`` that drops
+    the rows in the Python workers (``read_to_python_s``: the hop the engine's decode pays; not in the floor).
+    Writes: every derived table's rows, keyed as the query keys them (a row's partition to its bucket, other
+    rows to the cluster's stage) and packed one row per key and table as the operator emits them, held in
+    Spark's memory first (untimed), then through the query's own sink (``engine.stateful_sink.StatefulSink``:
+    the executors write the Parquet files, the driver commits through delta-rs) into a fresh lake
+    (``write_s``). No pipeline that reads and writes these tables this way beats ``read_s + write_s`` here.
     """
-    from engine.stateful import ALL_FILES
-    from engine.stateful_sink import DERIVED
-    from lakehouse import Lake
-    from lakehouse.spark_io import stream_table, write_batch
-    from models.tables import ZNODE_EVENTS
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    floor = Lake(floor_dir, cluster=lake.cluster)
-    frames = {spec.name: spark.read.format("delta").load(lake.table_path(spec.name)).persist()
-              for spec in DERIVED if lake.exists(spec.name)}
-    rows = sum(frame.count() for frame in frames.values())  # held in memory: the writes alone are timed
+    from engine.stateful import ALL_FILES, PACKED_OUT
+    from engine.stateful_sink import DERIVED, StatefulSink
+    from lakehouse import Lake
+    from lakehouse.spark_io import stream_table
+    from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
+    from pipelines.bucket_fold import BUCKET_COLUMN, CLUSTER_STAGE, bucket_of, ipc_bytes
+    from pipelines.keyed_pipeline import by_key
+
+    packed_schema = to_arrow_schema(PACKED_OUT)
+    shutil.rmtree(floor_dir, ignore_errors=True)  # a kept --workdir: its commits would be skipped
+    floor_dir.mkdir(parents=True)
+    packed_path = floor_dir / "packed.parquet"
+    output_rows = files = 0
+    with pq.ParquetWriter(packed_path, packed_schema) as out:
+        for spec in DERIVED:
+            if not lake.exists(spec.name):
+                continue
+            rows = lake.read_arrow(spec.name)
+            output_rows += rows.num_rows
+            keyed = np.full(rows.num_rows, CLUSTER_STAGE, np.int32)
+            if rows.num_rows and {"topic", "partition"} <= set(rows.column_names):
+                topic = rows["topic"].combine_chunks()
+                valid = topic.is_valid().to_numpy(zero_copy_only=False)
+                keyed[valid] = bucket_of(topic, rows["partition"].combine_chunks(), buckets)[valid]
+            for cluster, bucket, body in by_key(rows.append_column(BUCKET_COLUMN, pa.array(keyed))):
+                out.write_table(pa.table([[cluster], [bucket], [spec.name], [ipc_bytes(body)]], schema=packed_schema))
+                files += 1
+            del rows
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions"))  # the operator's output comes in as many
+    records = spark.read.parquet(str(packed_path)).repartition(parts).persist()
+    records.count()
+    bronze = [t.name for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS) if lake.exists(t.name)]
+
+    def drop(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:  # defined here: pickled by value
+        for _ in batches:
+            pass
+        return iter(())
+
+    def read(to_python: bool) -> float:
+        """One query over both sources, as the engine's: each row's every column hashed in the JVM (so each is
+        read and decoded) or, ``to_python``, shipped to the Python workers and dropped there."""
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        frames = []
+        for table in bronze:
+            frame = stream_table(spark, lake, table, max_files_per_trigger=ALL_FILES)
+            frames.append(frame.mapInArrow(drop, "h long") if to_python else
+                          frame.select(F.xxhash64(*frame.columns).alias("h")))
+        start = time.perf_counter()
+        query = (reduce(lambda a, b: a.unionByName(b), frames).writeStream.format("noop").trigger(availableNow=True)
+                 .option("checkpointLocation", str(floor_dir / f"_ck-read-{to_python}")).start())
+        query.awaitTermination()
+        return time.perf_counter() - start
+
+    read_s = read(False)
+    read_to_python_s = read(True)
+    floor = Lake(floor_dir / "lake", cluster=lake.cluster)
     start = time.perf_counter()
-    query = (stream_table(spark, lake, ZNODE_EVENTS.name, max_files_per_trigger=ALL_FILES).writeStream
-             .format("noop").option("checkpointLocation", str(floor_dir / "_checkpoint"))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    read_s = time.perf_counter() - start
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(frames)) as pool:
-        list(pool.map(lambda item: write_batch(item[1], floor, item[0], "connector-floor", 0), frames.items()))
+    StatefulSink(floor, "io-floor")(records, 0)
     write_s = time.perf_counter() - start
-    for frame in frames.values():
-        frame.unpersist()
-    return read_s, write_s, rows
+    records.unpersist()
+    return {"read_s": round(read_s, 3), "read_to_python_s": round(read_to_python_s, 3), "write_s": round(write_s, 3),
+            "s": round(read_s + write_s, 3), "output_rows": output_rows, "output_files": files,
+            "bronze_tables": bronze}
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@contextmanager
+def engine_batch_log(query_rows: int | None = None) -> Iterator[list[str]]:
+    """The engine's per-micro-batch lines logged while inside: the sink's ("query and files", "commits"), and,
+    with ``query_rows``, the query's progress line (Spark's phases) of the one batch that read that many rows.
+
+    The progress line comes from a listener, after awaitTermination returns and possibly after an earlier
+    query's: so it is waited for (up to 60 s) and picked by its row count; without ``query_rows`` progress lines
+    are left out (take them from the query's ``recentProgress``: ``progress_line``)."""
+    logger = logging.getLogger("engine")
+    handler, level = _Lines(), logger.level
+    handler.addFilter(lambda r: BATCH_LINE in r.getMessage())
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+    def ours(line: str) -> bool:
+        m = _PROGRESS.match(line)
+        return m is None or int(m[1]) == query_rows
+
+    lines: list[str] = []
+    try:
+        yield lines
+        deadline = time.monotonic() + 60
+        while query_rows is not None and time.monotonic() < deadline and not any(
+                _PROGRESS.match(ln) and ours(ln) for ln in handler.lines):
+            time.sleep(0.1)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        lines += [ln for ln in handler.lines if ours(ln)]
+
+
+def progress_line(progress: dict[str, Any]) -> str:
+    """A query progress (``recentProgress`` item) as the engine's listener logs it."""
+    ms = progress.get("durationMs", {})
+    phases = ", ".join(f"{k} {v / 1000:.1f} s" for k, v in sorted(ms.items(), key=lambda kv: -kv[1])
+                       if k != "triggerExecution" and v >= 100)
+    return (f"{BATCH_LINE} {progress['batchId']} done: {progress.get('numInputRows', 0)} rows in "
+            f"{ms.get('triggerExecution', 0) / 1000:.1f} s ({phases})")
+
+
+BATCH_LINE = "stateful query batch"
+
+
+def batch_lines(text: str) -> list[str]:
+    """The engine's per-micro-batch lines in a command's ``-v`` output, without the logging prefix."""
+    return [ln[ln.index(BATCH_LINE):] for ln in text.splitlines() if BATCH_LINE in ln]
+
+
+_PROGRESS = re.compile(r"stateful query batch \d+ done: (\d+) rows in ([\d.]+) s")
+_SINK = re.compile(r"stateful query batch \d+: ([\d.]+) s \((.*)\)")
+
+
+def batch_medians(lines: list[str]) -> dict[str, Any]:
+    """Medians over the micro-batches with input: the trigger's wall time (Spark's ``triggerExecution``), and the
+    sink's time with each of its phases ("query and files", "commits")."""
+    triggers = [float(m[2]) for ln in lines if (m := _PROGRESS.match(ln)) and int(m[1]) > 0]
+    sinks: dict[str, list[float]] = {}
+    for ln in lines:
+        if m := _SINK.match(ln):
+            sinks.setdefault("sink_s", []).append(float(m[1]))
+            for phase in m[2].split(", "):  # "query and files 1.2 s"
+                what, seconds, _ = phase.rsplit(" ", 2)
+                sinks.setdefault(what.replace(" ", "_") + "_s", []).append(float(seconds))
+    out: dict[str, Any] = {"batches_with_input": len(triggers)}
+    if triggers:
+        out["trigger_s"] = round(statistics.median(triggers), 2)
+    out |= {k: round(statistics.median(v), 2) for k, v in sinks.items()}
+    return out
 
 
 def stop_processes(procs: list[subprocess.Popen[Any]], timeout_s: float = 60) -> None:

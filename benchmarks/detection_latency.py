@@ -1,11 +1,12 @@
 """Detection latency: ZooKeeper write of a zombie controller -> its anomaly row committed in Delta.
 
     python -m benchmarks.detection_latency [--duration 60] [--rate 2000] [--zombies 20] [--partitions 2000]
-        [--collector txnlog|watch] [--engine in-process|stateful | --floor]
+        [--collector txnlog|watch] [--floor]
 
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (controller epoch 2, brokers 1..3, topics with partition
 state znodes). Running as users run them: `zkledger collect txnlog --follow` (or `collect zk`, the watch
-collector, with --collector watch) and `zkledger monitor --trigger 1`. A writer makes steady partition-state changes at --rate writes/s (kazoo async sets, current
+collector, with --collector watch) and `zkledger -v monitor --trigger 1` (the one engine, its per-batch lines kept).
+A writer makes steady partition-state changes at --rate writes/s (kazoo async sets, current
 controller_epoch, leader moves with a leader_epoch bump) and injects --zombies zombie writes (controller_epoch 1
 < current, with a leader_epoch bump) on partitions the steady writer leaves alone (a one-shot watch only
 delivers a znode's latest version, so a zombie overwritten before the re-read would never reach bronze). The anomalies table is polled with delta-rs every --poll seconds from a thread
@@ -29,9 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
+from benchmarks.common import (
+    base_parser,
+    batch_lines,
+    batch_medians,
+    machine,
+    run_main,
+    scratch,
+    stop_processes,
+)
 from benchmarks.streaming_floor import FLOOR_TABLE
-from conf.settings import PipelineEngine
 from models.anomalies import AnomalyKind
 from models.tables import ANOMALIES, ZNODE_EVENTS
 
@@ -153,6 +161,18 @@ def _floor_hits(lake_dir: Path) -> Callable[[], list[int]]:
     return found
 
 
+def _first_batch(log_file: Path, procs: list[subprocess.Popen[bytes]], timeout: float) -> float:
+    """Wait until the monitor has committed a micro-batch (its sink's line in its ``-v`` log); returns the wait."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if batch_lines(log_file.read_text(errors="replace")):
+            return time.monotonic() - start
+        if any(p.poll() is not None for p in procs):
+            raise SystemExit(f"a process exited before the monitor's first micro-batch; see {log_file.parent}")
+        time.sleep(0.5)
+    raise SystemExit(f"the monitor committed no micro-batch within {timeout:.0f} s after the warm-up")
+
+
 def _poll(found: Callable[[], list[int]], seen: dict[int, float], lock: threading.Lock, stop: threading.Event,
           every: float) -> None:
     """Record when each zombie write's zxid is first visible (runs alongside the writer: a detection made while
@@ -189,9 +209,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 procs.append(_process([sys.executable, "-m", "benchmarks.streaming_floor", "--lake", str(lake_dir),
                                        "--trigger", "1"], log_to=work / "monitor.log"))
             else:
-                procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", "--engine", args.engine,
-                                  log_to=work / "monitor.log"))
+                procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log"))
             time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
+            started = 0.0
+            if not args.floor:  # a loaded machine starts slower: measure from the first batch on, never before
+                started = _first_batch(work / "monitor.log", procs, args.start_timeout)
             lake = Lake(lake_dir, cluster="bench")
             seen_at: dict[int, float] = {}
             lock, stop_polling = threading.Lock(), threading.Event()
@@ -218,20 +240,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.close()
             zk.stop()
         tails = {n: _log_digest(work / f"{n}.log") for n in ("collect", "monitor")}
+        batches = [] if args.floor else batch_lines((work / "monitor.log").read_text(errors="replace"))
     lat = sorted(seen[z] - zombie_times[z] for z in seen)
     p50 = float(np.percentile(lat, 50)) if lat else None
     p95 = float(np.percentile(lat, 95)) if lat else None
     summary = [f"{args.rate:,} writes/s for {args.duration:.0f} s over {args.partitions:,} partitions, "
                f"{len(zombie_times)} zombie writes, "
-               + ("the streaming floor (source, filter, one Delta append)" if args.floor else f"monitor --engine {args.engine}")
+               + ("the streaming floor (source, filter, one Delta append)" if args.floor else "monitor")
                + f" trigger 1 s, poll {args.poll}s",
                f"{args.collector} collector: {collected['bronze_rows']:,} bronze rows for {sent:,} writes "
                f"({collected['missed_versions']:,} versions reported missed: one-shot watches coalesce); "
                f"zombie writes in bronze: {collected['zombies_in_bronze']}/{len(zombie_times)}",
                f"detected {len(seen)}/{len(zombie_times)}" + (f": p50 {p50:.2f} s, p95 {p95:.2f} s" if lat else "")]
+    phases = batch_medians(batches)
+    if phases["batches_with_input"]:
+        summary.append(f"monitor: {phases['batches_with_input']} micro-batches with input, medians: "
+                       + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f} s" for k, v in phases.items()
+                                   if k.endswith("_s")))
     return {"benchmark": NAME, "machine": machine(), "params": vars(args) | {"out": None},
             "writes_sent": sent, "collector": collected, "zombies": len(zombie_times), "detected": len(seen), "latencies_s": [round(x, 3) for x in lat],
             "p50_s": p50, "p95_s": p95, "log_tails": tails if len(seen) < len(zombie_times) else {},
+            "first_batch_wait_after_warmup_s": round(started, 1), "monitor_batch_medians": phases, "monitor_batches": batches,
             "summary": summary}
 
 
@@ -242,14 +271,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--zombies", type=int, default=20, help="zombie writes injected (default 20)")
     p.add_argument("--partitions", type=int, default=2000, help="partition state znodes (default 2000)")
     p.add_argument("--warmup", type=float, default=45.0, help="seconds for collector+monitor to start (default 45)")
+    p.add_argument("--start-timeout", type=float, default=600.0,
+                   help="after the warm-up, wait at most this long for the monitor's first micro-batch (default 600)")
     p.add_argument("--drain", type=float, default=120.0, help="max seconds to wait for detections (default 120)")
     p.add_argument("--poll", type=float, default=0.25, help="anomalies poll interval in seconds (default 0.25)")
     p.add_argument("--collector", choices=("watch", "txnlog"), default="txnlog",
                    help="`collect txnlog --follow` (ZooKeeper's transaction log, lossless; default) or `collect zk` "
                         "(live watches; lossy under load, reports what it missed)")
-    p.add_argument("--engine", choices=tuple(PipelineEngine), default=str(PipelineEngine.IN_PROCESS),
-                   help="what runs the monitor (default in-process; results of stateful go to "
-                        "detection_latency_stateful.json)")
     p.add_argument("--floor", action="store_true",
                    help="instead of the monitor, the least a Spark streaming detector does (benchmarks.streaming_floor: "
                         "source, filter, one Delta append per batch); results go to detection_latency_floor.json")
@@ -258,7 +286,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    name = f"{NAME}_floor" if args.floor else NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
+    name = f"{NAME}_floor" if args.floor else NAME
     return run_main(name, parser(), run, argv)
 
 

@@ -1,21 +1,20 @@
 """Driver memory against history length: the peak RSS of `zkledger rebuild` over 1 M, 10 M and 30 M events.
 
     python -m benchmarks.driver_memory [--events 1000000 10000000 30000000] [--partitions 200000]
-                                       [--engine in-process|stateful] [--standalone]
+                                       [--standalone]
 
 Each size is its own lake: `zkledger simulate --offline` writes the history (the same 200,000 partitions for
 every size, so only the length of the history differs), then `zkledger rebuild` runs in a process of its own,
-as users run it, with the shipped settings and ``--engine`` (results in ``driver_memory.json``, or
-``driver_memory_stateful.json`` for the stateful engine). The peak resident set of that process (the Python
-driver) and of its descendants (its JVM, which in `local[*]` is the driver's and the executors', and the
-executors' Python workers: the sum of their high-water marks, an upper bound) is read from the kernel's
-high-water mark (VmHWM) while they run. The baseline is the smallest size's peak, measured in the same run;
+as users run it, with the shipped settings (the one engine: the Spark query in `local[*]`). The peak resident
+set of the whole process tree is read from the kernel's high-water marks (VmHWM) while it runs: the Python
+driver's, and the sum of its descendants' (its JVM, which in `local[*]` is the driver's and the executors', and
+the executors' Python workers: the sum of their high-water marks, an upper bound). The baseline is the smallest size's peak, measured in the same run;
 flat means every larger size stays within ±25% of it.
 
 With ``--standalone`` the rebuild runs on a Spark standalone cluster started for the run on this machine (one
 worker with every core), so the driver is a process apart from the executors: the driver's peak is then the
 Python driver and its own JVM only, and the executors' (their JVMs with the state store, and their Python
-workers) is reported beside it (``driver_memory_<engine>_standalone.json``).
+workers) is reported beside it (``driver_memory_standalone.json``).
 """
 
 from __future__ import annotations
@@ -32,8 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Timer, base_parser, machine, ratio, run_main, scratch
-from conf.settings import PipelineEngine
+from benchmarks.common import (
+    Timer,
+    base_parser,
+    batch_lines,
+    batch_medians,
+    machine,
+    ratio,
+    run_main,
+    scratch,
+)
 from models.tables import ZNODE_EVENTS
 from zkledger.standalone import StandaloneCluster
 
@@ -81,15 +88,15 @@ def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen([sys.executable, "-m", "zkledger.cli", *args], stdout=out, stderr=subprocess.STDOUT)
 
 
-def rebuild_peak(lake_dir: Path, log_to: Path, engine: str, conf: Path | None = None,
+def rebuild_peak(lake_dir: Path, log_to: Path, conf: Path | None = None,
                  worker_pid: int | None = None) -> dict[str, Any]:
     """`zkledger rebuild` of ``lake_dir`` in its own process: wall time and peak RSS (Python, JVM; with a
     standalone ``worker_pid``, its executors too)."""
     peaks = {"python_mib": 0.0, "jvm_mib": 0.0, "executors_mib": 0.0}
     stop = threading.Event()
     start = time.perf_counter()
-    proc = _cli(*(("--conf", str(conf)) if conf else ()), "--lake", str(lake_dir), "--cluster", "bench", "rebuild",
-                "--engine", engine, log_to=log_to)
+    proc = _cli(*(("--conf", str(conf)) if conf else ()), "--lake", str(lake_dir), "--cluster", "bench", "-v", "rebuild",
+                log_to=log_to)
     watcher = threading.Thread(target=_watch_peaks, args=(proc.pid, worker_pid, peaks, stop), daemon=True)
     watcher.start()
     rc = proc.wait()
@@ -135,8 +142,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if gen.wait() != 0:
                     raise SystemExit(f"simulate --offline failed; see {work / 'simulate.log'}")
             bronze = Lake(lake_dir, cluster="bench").row_count(ZNODE_EVENTS.name)
-            peak = rebuild_peak(lake_dir, work / f"rebuild-{events}.log", args.engine, conf, worker_pid)
-            runs.append({"events": events, "bronze_rows": bronze, **peak})
+            log_to = work / f"rebuild-{events}.log"
+            peak = rebuild_peak(lake_dir, log_to, conf, worker_pid)
+            batches = batch_lines(log_to.read_text(errors="replace"))
+            runs.append({"events": events, "bronze_rows": bronze, **peak, "batches": batches,
+                         "batch_medians": batch_medians(batches)})
             log.info("rebuild of %s events: %s", f"{events:,}", peak)
             if not args.keep:  # the 30 M-event lake alone takes gigabytes
                 shutil.rmtree(lake_dir, ignore_errors=True)
@@ -145,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         r["vs_baseline"] = ratio(r["peak_mib"], base["peak_mib"])
     flat = all(abs(r["peak_mib"] / base["peak_mib"] - 1) <= FLAT_WITHIN for r in runs)
     if args.standalone:
-        summary = [f"zkledger rebuild --engine {args.engine} on a standalone master (one worker, {os.cpu_count()} cores, "
+        summary = [f"zkledger rebuild on a standalone master (one worker, {os.cpu_count()} cores, "
                    f"executor memory {STANDALONE_EXECUTOR_MEMORY}), {args.partitions:,} partitions; peak RSS of the "
                    f"driver (Python + its own JVM) by history length, baseline = the {base['events']:,}-event run; "
                    f"the executors' beside it"]
@@ -154,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"rebuild {r['wall_s']:.0f} s ({r['events'] / r['wall_s']:,.0f} events/s incl. process and session "
                     f"start)" for r in runs]
     else:
-        summary = [f"zkledger rebuild --engine {args.engine}, {args.partitions:,} partitions, shipped settings; peak RSS "
+        summary = [f"zkledger rebuild, {args.partitions:,} partitions, shipped settings; peak RSS "
                    f"of the rebuild process (Python driver + its JVM and Python workers) by history length, baseline = "
                    f"the {base['events']:,}-event run"]
         summary += [f"  {r['events']:>12,} events: {r['peak_mib']:,} MiB (Python driver {r['python_peak_mib']:,}, JVM and "
@@ -162,7 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"({r['events'] / r['wall_s']:,.0f} events/s incl. process and session start)" for r in runs]
     summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")
     return {"benchmark": NAME, "machine": machine(), "params": {"events": sorted(args.events),
-                                                              "partitions": args.partitions, "engine": args.engine},
+                                                              "partitions": args.partitions},
             "standalone": args.standalone, "wall_s": t.wall, "runs": runs, "flat_within": FLAT_WITHIN, "flat": flat, "summary": summary}
 
 
@@ -171,8 +181,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000, 30_000_000],
                    help="history lengths to rebuild (default 1 M, 10 M, 30 M); the smallest is the baseline")
     p.add_argument("--partitions", type=int, default=200_000, help="partitions in every history (default 200,000)")
-    p.add_argument("--engine", choices=tuple(PipelineEngine), default=str(PipelineEngine.IN_PROCESS),
-                   help="what runs the rebuild (default in-process)")
     p.add_argument("--standalone", action="store_true",
                    help="run the rebuilds on a Spark standalone cluster started here, the driver apart from the executors")
     return p
@@ -180,8 +188,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    name = NAME if args.engine == PipelineEngine.IN_PROCESS else f"{NAME}_{args.engine}"
-    name += "_standalone" if args.standalone else ""
+    name = f"{NAME}_standalone" if args.standalone else NAME
     return run_main(name, parser(), run, argv)
 
 

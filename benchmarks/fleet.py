@@ -1,13 +1,13 @@
-"""A fleet in one lake: 20 clusters x 10,000 partitions against 1 cluster x 200,000, through the stateful query.
+"""A fleet in one lake: 20 clusters x 10,000 partitions against 1 cluster x 200,000, through the one engine.
 
     python -m benchmarks.fleet [--clusters 20] [--partitions 10000]
 
 Each layout is a failover storm (``benchmarks.storm``, RF 3) in a lake of its own: the fleet lake holds one storm
 per cluster (the ``cluster`` column tells them apart), the baseline lake one storm of clusters x partitions
 partitions, so both hold the same number of partitions and nearly the same number of events. Each layout runs
-in a process of its own (a fresh Spark session, so each peak RSS is its own): ``engine.stateful`` with its Delta
-sink, keyed by (cluster, bucket), from a fresh checkpoint with ``availableNow``, after an unmeasured warm-up on a
-100-partition storm. Reported for each: events/s over the query's wall time, the Python driver's peak RSS and
+in a process of its own (a fresh Spark session, so each peak RSS is its own): the monitor
+(``benchmarks.stateful_query.stateful``: ``engine.monitor.start_monitor``) with its sink, keyed by (cluster,
+bucket), from a fresh checkpoint with ``availableNow``, after an unmeasured warm-up on a 100-partition storm. Reported for each: events/s over the query's wall time, the Python driver's peak RSS and
 the JVM's (in ``local[*]`` it runs the executors' tasks too); the fleet against the single cluster.
 """
 
@@ -45,7 +45,7 @@ def one_layout(work: Path, clusters: int, partitions: int, buckets: int) -> dict
     jvm = _jvm_hwm_mib(spark)
     spark.stop()
     return {"clusters": clusters, "partitions_per_cluster": partitions, "events": events, "wall_s": run["wall_s"],
-            "events_per_s": round(events / run["wall_s"]), "written": run["written"],
+            "events_per_s": round(events / run["wall_s"]), "written": run["written"], "batch_log": run["batch_log"],
             "python_peak_mib": _python_peak_mib(), "jvm_peak_mib": jvm}
 
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with scratch(args) as work:
         fleet = _child(work / "fleet", args.clusters, args.partitions, args.buckets)
         single = _child(work / "single", 1, args.clusters * args.partitions, args.buckets)
-    summary = [f"stateful query with Delta writes, {args.buckets} buckets per cluster, failover storm (RF 3)"]
+    summary = [f"the monitor (availableNow) with every derived table written, {args.buckets} buckets per cluster, failover storm (RF 3)"]
     for name, r in (("fleet", fleet), ("one cluster", single)):
         summary.append(f"  {name}: {r['clusters']} x {r['partitions_per_cluster']:,} partitions, {r['events']:,} "
                        f"events in {r['wall_s']:.1f} s = {r['events_per_s']:,} events/s; driver peak RSS Python "

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn (default sizes unless overridden), results in benchmarks/results/.
 
-    python -m benchmarks.run_all [--only batch_rebuild,streaming_storm] [--quick]
+    python -m benchmarks.run_all [--only batch_rebuild,stateful_query] [--quick]
 
 --quick runs each at a small documented scale (the one benchmarks/README.md reports when the full one does not
 fit the time available). Each benchmark is a separate process so one's Spark session never skews the next.
@@ -14,10 +14,12 @@ import sys
 
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # name: (full-size args, --quick args)
-    "batch_rebuild": ([], ["--events", "1000000", "--partitions", "200000"]),
-    "spark_rebuild": ([], ["--events", "1000000", "--partitions", "200000"]),
-    "streaming_storm": ([], ["--partitions", "50000", "--baseline-partitions", "1000"]),
+    "batch_rebuild": ([], ["--events", "1000000", "--partitions", "50000"]),
+    "stateful_query": ([], ["--partitions", "50000", "--baseline-partitions", "20000", "--repeat", "1"]),
     "detection_latency": ([], ["--duration", "20", "--partitions", "2000", "--zombies", "5", "--drain", "300"]),
+    "microbatch_cost": ([], ["--partitions", "1000", "--repeats", "2"]),
+    "fleet": ([], ["--clusters", "4", "--partitions", "5000"]),
+    "driver_memory": ([], ["--events", "200000", "1000000", "--partitions", "20000"]),
 }
 
 
