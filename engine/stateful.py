@@ -106,7 +106,6 @@ BUCKET_PARTS = tuple(f.name for f in fields(BucketState))
 CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
                                                                          "txnlog", "recent_ids")])
 _PACKED_IN_ARROW = to_arrow_schema(PACKED_IN)
-_PACKED_OUT_ARROW = to_arrow_schema(PACKED_OUT)
 
 
 def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:

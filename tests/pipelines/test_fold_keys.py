@@ -1,4 +1,4 @@
-"""The int keys of the in-process fold: ``engine._key_codes`` and ``engine._fold_order`` against plain Python."""
+"""The int keys of the keyed fold: ``pipelines.keyed_fold._key_codes`` and ``_fold_order`` against plain Python."""
 
 from __future__ import annotations
 
