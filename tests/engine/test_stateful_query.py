@@ -120,8 +120,8 @@ def test_micro_batches_and_restarts_equal_one_batch_in_the_driver(spark: Any, tm
 
 
 def test_the_cli_rebuilds_then_monitors(tmp_path: Path, reference: Lake) -> None:
-    """`zkledger rebuild` (twice: the second starts over) on the first commits, then `zkledger
-    monitor --available-now` continues on its checkpoint with the rest."""
+    """`zkledger rebuild` on the first commits, then `zkledger monitor --available-now` continues on its
+    checkpoint with the rest. (A rebuild run twice: tests/engine/test_rebuild.py.)"""
     import subprocess
     import sys
 
@@ -136,9 +136,7 @@ def test_the_cli_rebuilds_then_monitors(tmp_path: Path, reference: Lake) -> None
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout.strip().splitlines()[-1]
 
-    first = cli("rebuild")
-    assert cli("rebuild") == first  # from a fresh checkpoint: the same tables
-    assert first.startswith("rebuilt ")
+    assert cli("rebuild").startswith("rebuilt ")
     for i, rows in enumerate(commits[2:], start=3):
         lake.append("znode_events", rows, writer_id="t", batch_seq=i)
     assert "monitor caught up and stopped" in cli("monitor", "--available-now")
