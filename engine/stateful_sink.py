@@ -40,6 +40,7 @@ from models.tables import (
     ANOMALIES,
     CONTROLLER_TENURE,
     DECODE_QUARANTINE,
+    DERIVED_TABLES,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
@@ -70,8 +71,7 @@ WRITTEN_ARROW = pa.schema([pa.field(f.name, t) for f, t in zip(WRITTEN.fields, (
     pa.string(), pa.string(), pa.int32(), pa.string(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.binary()),
     strict=True)])
 _REPLACED_NAMES = frozenset(spec.name for spec in REPLACED)
-DERIVED: tuple[TableSpec, ...] = (ANOMALIES, *APPENDED, *REPLACED)
-"""Every table the pipeline writes."""
+DERIVED = DERIVED_TABLES
 
 
 def reset_derived(lake: Lake, writer_id: str) -> None:

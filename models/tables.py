@@ -286,6 +286,11 @@ QUALITY_RESULTS = TableSpec(
     doc="one expectation result of one zkledger check run",
 )
 
+DERIVED_TABLES: Final[tuple[TableSpec, ...]] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
+                                                REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
+"""Every table the pipeline derives from bronze (``rebuild`` rewrites them; two runs of one history write them
+identically)."""
+
 ALL_TABLES: Final[dict[str, TableSpec]] = {
     t.name: t
     for t in (

@@ -22,16 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from conf.settings import Settings, load_settings
-from models.tables import (
-    ANOMALIES,
-    CONTROLLER_TENURE,
-    DECODE_QUARANTINE,
-    METADATA_EVENTS,
-    PARTITION_STATE,
-    PARTITION_TRANSITIONS,
-    REPLICA_STATE,
-    REPLICA_TRANSITIONS,
-)
+from models.tables import DERIVED_TABLES
 from zkledger.zk_server import EmbeddedZooKeeper
 
 if TYPE_CHECKING:
@@ -154,9 +145,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(mark)
 
 
-# Every table a run derives from bronze: two runs of one history must write them identically.
-DERIVED = tuple(t.name for t in (METADATA_EVENTS, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS, PARTITION_STATE,
-                                 REPLICA_STATE, ANOMALIES, CONTROLLER_TENURE, DECODE_QUARANTINE))
+DERIVED = tuple(t.name for t in DERIVED_TABLES)
 
 
 def table_lines(lake: Any, table: str) -> list[str]:

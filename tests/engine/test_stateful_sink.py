@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from engine.stateful_sink import one_per_id
+from engine.stateful_sink import APPENDED, REPLACED, one_per_id
 from lakehouse.spark_schema import spark_arrow_schema
-from models.tables import ANOMALIES
+from models.tables import ANOMALIES, DERIVED_TABLES
 
 
 def _found(rows: list[dict[str, object]]) -> pa.Table:
@@ -28,3 +28,8 @@ def test_one_row_per_id_at_its_lowest_zxid_then_lowest_last_evidence() -> None:
     kept = {r["anomaly_id"]: (r["zxid"], r["evidence"]) for r in one_per_id(found).to_pylist()}
     assert kept == {"a": (4, ["e9"]), "b": (7, []), "c": (3, ["z", "e2"]), "d": (1, None)}
     assert one_per_id(found.slice(0, 0)).num_rows == 0
+
+
+def test_the_sink_writes_every_derived_table_in_one_way() -> None:
+    ways = [ANOMALIES, *APPENDED, *REPLACED]
+    assert sorted(t.name for t in ways) == sorted(t.name for t in DERIVED_TABLES)
