@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING
 
-from engine.stateful import ALL_FILES, DEFAULT_BUCKETS, stateful_checkpoint, stateful_rebuild
+from engine.stateful import (
+    ALL_FILES,
+    DEFAULT_BUCKETS,
+    checkpoint_writer,
+    start_stateful_query,
+    stateful_checkpoint,
+)
+from engine.stateful_sink import derived_counts, reset_derived
 from models.states import DEFAULT_KAFKA_VERSION
 
 if TYPE_CHECKING:
@@ -16,10 +24,16 @@ if TYPE_CHECKING:
 def rebuild(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, buckets: int = DEFAULT_BUCKETS,
             kafka_version: str = DEFAULT_KAFKA_VERSION, max_files_per_trigger: int = ALL_FILES,
             max_bytes_per_trigger: str | None = None) -> dict[str, int]:
-    """Empty the derived tables and run the query from a fresh ``checkpoint`` (default: the lake's pipeline
-    checkpoint, which ``monitor`` then continues) over every bronze commit present; returns each derived
-    table's row count. Uncapped, the history is one micro-batch; a cap splits it into micro-batches that
-    continue from each other's state."""
-    return stateful_rebuild(spark, lake, checkpoint or stateful_checkpoint(None, lake.root), buckets=buckets,
-                            kafka_version=kafka_version, max_files_per_trigger=max_files_per_trigger,
-                            max_bytes_per_trigger=max_bytes_per_trigger)
+    """Remove ``checkpoint`` (default: the lake's pipeline checkpoint, which ``monitor`` then continues), empty
+    every derived table and run the query over every bronze commit present (``availableNow``); returns each
+    derived table's row count. Uncapped, the history is one micro-batch that the executors hold; a cap splits
+    it into micro-batches that continue from each other's state (a decision waits, pending, until ZooKeeper's
+    history has run past it)."""
+    checkpoint = checkpoint or stateful_checkpoint(None, lake.root)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    reset_derived(lake, checkpoint_writer(checkpoint))
+    query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
+                                 available_now=True, max_files_per_trigger=max_files_per_trigger,
+                                 max_bytes_per_trigger=max_bytes_per_trigger)
+    query.awaitTermination()
+    return derived_counts(lake)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
@@ -55,8 +54,6 @@ from engine.stateful_sink import (
     PACKED_COLUMN,
     TABLE_COLUMN,
     StatefulSink,
-    derived_counts,
-    reset_derived,
 )
 from engine.upkeep import MaintenanceSchedule
 from lakehouse.spark_io import stream_table
@@ -281,23 +278,3 @@ def stateful_checkpoint(checkpoint_root: str | None, lake_root: str) -> str:
 
 ALL_FILES = 2**31 - 1
 """``maxFilesPerTrigger`` for no cap (Delta's default is 1,000 files)."""
-
-
-def stateful_rebuild(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,
-                     kafka_version: str = DEFAULT_KAFKA_VERSION, max_files_per_trigger: int = ALL_FILES,
-                     max_bytes_per_trigger: str | None = None) -> dict[str, int]:
-    """Every derived table from all bronze history: the query from a fresh ``checkpoint`` with ``availableNow``.
-
-    The old checkpoint goes and every derived table is emptied first; a monitor on the same checkpoint then
-    continues where the rebuild ended. Returns each derived table's row count. Uncapped (the default), the
-    history is one micro-batch; the executors hold it, the driver does not. A cap splits it into micro-batches
-    that continue from each other's state (a decision waits, pending, until ZooKeeper's history has run past
-    it).
-    """
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    reset_derived(lake, checkpoint_writer(checkpoint))
-    query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
-                                 available_now=True, max_files_per_trigger=max_files_per_trigger,
-                                 max_bytes_per_trigger=max_bytes_per_trigger)
-    query.awaitTermination()
-    return derived_counts(lake)
