@@ -91,7 +91,7 @@ bench: venv java jars
 
 dist: venv jars
 	rm -rf dist && mkdir -p dist
-	zip -qr dist/zkledger.zip zkledger models collectors pipelines engine jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
+	zip -qr dist/zkledger.zip zkledger services models collectors pipelines engine jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
 	mkdir -p dist/jars && cp .jvm/delta/*.jar dist/jars/
 	@echo "built dist/zkledger.zip and dist/jars/ (Delta's connector: spark-submit --jars \$$(ls dist/jars/*.jar | paste -sd,))"
 

@@ -124,9 +124,9 @@ def setup_logging(verbose: bool) -> None:
 
 
 def build_session(app: str, shuffle_partitions: int | None = None) -> Any:
-    """The project's SparkSession (zkledger.spark.build_spark), local[*] on this machine."""
+    """The project's SparkSession (services.spark_session.build_spark), local[*] on this machine."""
     from conf.settings import load_settings
-    from zkledger.spark import build_spark
+    from services.spark_session import build_spark
 
     overrides: dict[str, Any] = {"spark.master": f"local[{os.cpu_count() or 1}]"}
     if shuffle_partitions is not None:

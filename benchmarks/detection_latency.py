@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from kazoo.client import KazooClient
 
     from lakehouse import Lake
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     with scratch(args) as work:
         zk = EmbeddedZooKeeper(work / "zk").start()

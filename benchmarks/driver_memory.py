@@ -42,7 +42,7 @@ from benchmarks.common import (
     scratch,
 )
 from models.tables import ZNODE_EVENTS
-from zkledger.standalone import StandaloneCluster
+from tests.standalone_cluster import StandaloneCluster
 
 log = logging.getLogger(__name__)
 

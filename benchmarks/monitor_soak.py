@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from kazoo.client import KazooClient
 
     from lakehouse import Lake
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     samples: list[dict[str, float]] = []
     with scratch(args) as work:

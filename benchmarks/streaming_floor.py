@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from lakehouse import Lake
     from lakehouse.spark_io import stream_table
     from models.tables import ZNODE_EVENTS
-    from zkledger.spark import build_spark
+    from services.spark_session import build_spark
 
     settings = load_settings(lake=args.lake, cluster="bench")
     spark = build_spark(settings, "zkledger-streaming-floor")

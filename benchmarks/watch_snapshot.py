@@ -2,7 +2,7 @@
 
     python -m benchmarks.watch_snapshot [--partitions 200000] [--per-topic 3] [--sizes 2200,4400,8800]
 
-An embedded ZooKeeper (zkledger.zk_server, with a heap that holds the tree) gets, per chroot, Kafka's layout:
+An embedded ZooKeeper (services.zookeeper, with a heap that holds the tree) gets, per chroot, Kafka's layout:
 /brokers/topics/T (assignment), /brokers/topics/T/partitions/P/state (leader and ISR) and /config/topics/T,
 written with pipelined multi requests of creates (timed and reported). Then, each into its own lake:
 
@@ -48,7 +48,7 @@ _CONFIG = b'{"version":1,"config":{}}'
 
 def _server(data_dir: Path) -> Any:
     """The project's embedded ZooKeeper with a heap for ~1M znodes and their watches (its default is 256 MB)."""
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     class BigZooKeeper(EmbeddedZooKeeper):
         def _command(self, cfg: Path) -> list[str]:

@@ -78,7 +78,7 @@ from pipelines.keyed_pipeline import (
     route_znode_rows,
     step_key,
 )
-from zkledger.errors import UserError
+from services.errors import UserError
 
 if TYPE_CHECKING:
     from lakehouse import Lake

@@ -35,7 +35,7 @@ def check_batch_rows(spark: SparkSession, lake: Lake, frames: Mapping[str, DataF
 
     A failing suite is logged and recorded; it does not stop the stream.
     """
-    from zkledger.quality import result_rows, run_quality_on_batch
+    from services.quality import result_rows, run_quality_on_batch
 
     if not frames:
         return

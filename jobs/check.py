@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from conf.settings import load_settings
 from jobs._args import job_parser
 from lakehouse import Lake
-from zkledger.quality import run_quality
-from zkledger.spark import build_spark
+from services.quality import run_quality
+from services.spark_session import build_spark
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run the quality suites on each micro-batch (default: settings monitor.quality_each_batch)")
     args = parser.parse_args(argv)
     settings, lake = job_context(args)
-    from zkledger.alerts import AnomalyAlerter
-    from zkledger.spark import build_spark
+    from services.alerts import AnomalyAlerter
+    from services.spark_session import build_spark
 
     alerter = AnomalyAlerter(args.webhook or settings.monitor.webhook or None)
     quality = args.quality or settings.monitor.quality_each_batch

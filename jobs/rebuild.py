@@ -19,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = job_parser("Rebuild every derived table from the bronze tables.")
     args = parser.parse_args(argv)
     settings, lake = job_context(args)
-    from zkledger.spark import build_spark
+    from services.spark_session import build_spark
 
     spark = build_spark(settings, "zkledger-rebuild")
     counts = rebuild(spark, lake, stateful_checkpoint(settings.streaming.checkpoint_root, settings.lake.root),

@@ -14,7 +14,7 @@ from conf.settings import load_settings
 from jobs._args import job_parser
 from lakehouse import Lake
 from models.tables import ANOMALIES
-from zkledger.report import write_report
+from services.report import write_report
 
 log = logging.getLogger(__name__)
 

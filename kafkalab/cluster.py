@@ -27,9 +27,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from zkledger.errors import UserError
-from zkledger.jvm import installed_jars
-from zkledger.zk_server import HOST, find_java, free_port
+from services.errors import UserError
+from services.jvm import installed_jars
+from services.zookeeper import HOST, find_java, free_port
 
 MAIN_CLASS = "kafka.Kafka"
 LOG_FILES = ("server.log", "controller.log", "state-change.log")

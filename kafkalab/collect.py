@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kafkalab.cluster import die_with_parent
-from zkledger.errors import UserError
+from services.errors import UserError
 
 SETTLE_S = 1.5  # a txnlog / log collector polls every 0.2 s: let the last writes be read before stopping
 

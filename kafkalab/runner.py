@@ -30,8 +30,8 @@ from models.tables import (
     QUARANTINE,
     ZNODE_EVENTS,
 )
-from zkledger.errors import UserError
-from zkledger.zk_server import EmbeddedZooKeeper
+from services.errors import UserError
+from services.zookeeper import EmbeddedZooKeeper
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 from kafkalab.cluster import KafkaCluster
 from kafkalab.truth import NO_LEADER, GroundTruthRecorder, PartitionView, admin_client
-from zkledger.errors import UserError
+from services.errors import UserError
 
 ROUTINE = "routine"
 FAULT = "fault"

@@ -23,7 +23,7 @@ import pytest
 
 from conf.settings import Settings, load_settings
 from models.tables import DERIVED_TABLES
-from zkledger.zk_server import EmbeddedZooKeeper
+from services.zookeeper import EmbeddedZooKeeper
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,8 +73,8 @@ def make_chroot(hosts: str, chroot: str) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local[2] session for the whole run (2 shuffle partitions), built by zkledger.spark.build_spark."""
-    from zkledger.spark import build_spark
+    """One local[2] session for the whole run (2 shuffle partitions), built by services.spark_session.build_spark."""
+    from services.spark_session import build_spark
 
     os.environ["SPARK_TESTING"] = "1"
     test_settings = load_settings(overrides={"spark.master": "local[2]", "spark.shuffle_partitions": 2})

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from conf.settings import SettingsError, load_settings
+from services.errors import UserError, lake_problem, path_problem
+from services.sanitize import RedactingFilter, remember_credential, terminal_safe
 from zkledger.commands import register_all
 from zkledger.context import Context
-from zkledger.errors import UserError, lake_problem, path_problem
-from zkledger.sanitize import RedactingFilter, remember_credential, terminal_safe
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _configure_logging(verbosity: int) -> None:
     """Log to stderr (as `logging.basicConfig`: only when no handler is installed yet); every root handler
-    redacts secrets (`zkledger.sanitize.RedactingFilter`)."""
+    redacts secrets (`services.sanitize.RedactingFilter`)."""
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conf.settings import Settings
-from zkledger.errors import UserError
+from services.errors import UserError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,9 +57,9 @@ class Context:
             raise UserError(f"no {table} table under {self.lake_root}: run `zkledger rebuild` first")
 
     def spark(self, app_name: str | None = None) -> SparkSession:
-        """The SparkSession, built on first call by `zkledger.spark.build_spark`."""
+        """The SparkSession, built on first call by `services.spark_session.build_spark`."""
         if self._spark is None:
-            from zkledger.spark import build_spark
+            from services.spark_session import build_spark
 
             self._spark = build_spark(self.settings, app_name)
         return self._spark

@@ -71,10 +71,10 @@ def run_demo(ctx: Any, *, scenario: str | None = None, kafka_version: str = "2.0
     from collectors.txnlog import TxnLogCollector
     from collectors.zk_watch import ZkWatchCollector
     from engine.rebuild import rebuild
+    from services.quality import run_quality
+    from services.report import write_report
+    from services.zookeeper import EmbeddedZooKeeper
     from simulator.scenarios import run_scenario
-    from zkledger.quality import run_quality
-    from zkledger.report import write_report
-    from zkledger.zk_server import EmbeddedZooKeeper
 
     err = err or sys.stderr
     lake = ctx.lake

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import zkledger.commands as commands
+from services.errors import UserError
 from zkledger.cli import build_parser, main
-from zkledger.errors import UserError
 
 
 def fake_command(monkeypatch: pytest.MonkeyPatch, name: str, run: Callable[[argparse.Namespace, Any], Any]) -> None:

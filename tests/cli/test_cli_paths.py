@@ -50,7 +50,7 @@ def test_report_write_failure_removes_its_temporary_file(lake: Any, tmp_path: Pa
     out = tmp_path / "report.html"
     out.mkdir()
     (out / "keep").write_text("x")
-    from zkledger.report import write_report
+    from services.report import write_report
 
     with pytest.raises(OSError):
         write_report(lake, out)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from zkledger.sanitize import RedactingFilter, redact, remember_credential, url_for_log
-from zkledger.zk_server import EmbeddedZooKeeper
+from services.sanitize import RedactingFilter, redact, remember_credential, url_for_log
+from services.zookeeper import EmbeddedZooKeeper
 
 USER, PASSWORD = "zkledger-ro", "Pa55-w0rd-not-for-logs"
 

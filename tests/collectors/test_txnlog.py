@@ -142,7 +142,7 @@ def _entry_offsets(path: Path) -> list[int]:
 
 def _two_logs(data_dir: Path) -> None:
     """Creates /a0../a4, restarts the server (a new log file), creates /b0, /b1."""
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     server = EmbeddedZooKeeper(data_dir).start()
     try:
@@ -266,7 +266,7 @@ def test_snapshot_reader_reads_the_tree(zk_server: Any) -> None:
 
 @pytest.mark.usefixtures("starts_zookeeper")
 def test_purged_logs_start_from_the_snapshot(tmp_path: Path, lake: Any) -> None:
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     server = EmbeddedZooKeeper(tmp_path / "zk").start()
     try:
@@ -320,7 +320,7 @@ def test_cli_collect_txnlog_and_zk(
 
 @pytest.mark.usefixtures("starts_zookeeper")
 def test_the_newest_log_damaged_in_the_middle_is_a_gap_and_the_rest_is_read(tmp_path: Path, lake: Any) -> None:
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     server = EmbeddedZooKeeper(tmp_path / "zk").start()
     try:

@@ -23,9 +23,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from lakehouse import Lake
+from services.zookeeper import EmbeddedZooKeeper, free_port
 from tests.collectors.conftest import rows, wait_for
 from tests.collectors.tls_certs import TlsMaterial, make_tls_material
-from zkledger.zk_server import EmbeddedZooKeeper, free_port
 
 pytestmark = pytest.mark.integration
 

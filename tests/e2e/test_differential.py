@@ -37,6 +37,7 @@ from engine.stateful_sink import COMMITTED, DERIVED
 from lakehouse import Lake
 from models.anomalies import describe
 from models.tables import ANOMALIES, CONTROLLER_DECISIONS, METADATA_EVENTS, PARTITION_STATE, ZNODE_EVENTS
+from services.sanitize import terminal_safe
 from tests.conftest import assert_same_tables
 from tests.e2e.conftest import (
     Chunk,
@@ -50,7 +51,6 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.scenario_lakes import RUNS, TXN_ONLY
 from tests.history import recluster, split_brain_history, split_brain_log, zombie_offline_history
-from zkledger.sanitize import terminal_safe
 
 pytestmark = pytest.mark.spark
 

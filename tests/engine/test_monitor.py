@@ -13,9 +13,9 @@ from engine.local_run import run_local
 from engine.monitor import drain_monitor
 from engine.rebuild import rebuild
 from lakehouse import Lake
+from services.errors import UserError
 from tests.conftest import assert_same_tables
 from tests.history import zombie_offline_history
-from zkledger.errors import UserError
 
 
 def _history() -> list[dict[str, Any]]:

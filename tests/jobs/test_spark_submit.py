@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from services.quality import run_quality
 from tests import sample_data as sd
-from zkledger.quality import run_quality
-from zkledger.standalone import SPARK_HOME, StandaloneCluster, spark_env
+from tests.standalone_cluster import SPARK_HOME, StandaloneCluster, spark_env
 
 pytestmark = pytest.mark.spark
 
@@ -51,8 +51,8 @@ def _archive(dest: Path) -> Path:
 
 def _submit(master: str, tmp_path: Path, cores: int = 1) -> list[str]:
     """spark-submit as the README shows a cluster user: the project archive, Delta's pinned jars and its confs."""
-    from zkledger.jvm import DELTA, installed_jars
-    from zkledger.spark import DELTA_CATALOG, DELTA_EXTENSION
+    from services.jvm import DELTA, installed_jars
+    from services.spark_session import DELTA_CATALOG, DELTA_EXTENSION
 
     return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, "--total-executor-cores", str(cores),
             "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)),

@@ -14,7 +14,7 @@ from pyspark.sql.streaming import StreamingQuery
 from conf.settings import load_settings
 from lakehouse import Lake
 from lakehouse.spark_io import stream_table, write_batch
-from zkledger.spark import build_spark
+from services.spark_session import build_spark
 
 WRITER = "stream:test"
 

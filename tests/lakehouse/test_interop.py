@@ -26,8 +26,8 @@ from lakehouse.maintenance import (
 )
 from lakehouse.spark_schema import spark_schema
 from models.tables import ALL_TABLES
+from services.spark_session import DELTA_FEATURE_DEFAULTS
 from tests.lakehouse.delta_engines import Connector, DeltaEngine, sample_rows
-from zkledger.spark import DELTA_FEATURE_DEFAULTS
 
 TABLE = "partition_transitions"
 

@@ -20,9 +20,9 @@ from lakehouse.lake import CRASH_ENV
 from lakehouse.spark_io import read_table, stream_table, write_batch
 from lakehouse.spark_schema import spark_schema
 from models.tables import ALL_TABLES
+from services.errors import UserError
+from services.spark_session import DELTA_EXTENSION, _require_delta
 from tests.lakehouse.lake_append_loop import batch_rows
-from zkledger.errors import UserError
-from zkledger.spark import DELTA_EXTENSION, _require_delta
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).parent

@@ -6,7 +6,7 @@ def run(args, ctx) -> str          # do the work; return the one-line summary th
 ```
 
 `run` may also return `(summary, exit_code)` when the command's result decides the exit code (e.g. `check`
-exits 1 when a suite fails). Raise `zkledger.errors.UserError` for bad input.
+exits 1 when a suite fails). Raise `services.errors.UserError` for bad input.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _adding_parents(add_parser: Callable[..., argparse.ArgumentParser],
 def _register_broken(
     subparsers: Any, name: str, exc: Exception, parents: list[argparse.ArgumentParser]
 ) -> None:
-    from zkledger.errors import UserError
+    from services.errors import UserError
 
     reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
     parser = subparsers.add_parser(name, parents=parents, help=f"(unavailable: {reason})")

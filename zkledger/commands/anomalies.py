@@ -9,8 +9,8 @@ from typing import Any
 
 from models.anomalies import AnomalyKind, describe
 from models.tables import ANOMALIES
-from zkledger.errors import UserError
-from zkledger.sanitize import terminal_safe
+from services.errors import UserError
+from services.sanitize import terminal_safe
 
 
 def register(subparsers: Any) -> None:

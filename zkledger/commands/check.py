@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from models.tables import ALL_TABLES
-from zkledger.quality import QUALITY_DIR, run_quality
+from services.quality import QUALITY_DIR, run_quality
 
 
 def register(subparsers: Any) -> None:

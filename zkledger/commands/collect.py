@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from zkledger.errors import UserError
-from zkledger.progress import Progress
+from services.errors import UserError
+from services.progress import Progress
 
 
 def register(subparsers: Any) -> None:

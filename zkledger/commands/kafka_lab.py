@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from models.tables import CONTROLLER_TENURE, METADATA_EVENTS, PARTITION_TRANSITIONS
-from zkledger.errors import UserError
+from services.errors import UserError
 
 if TYPE_CHECKING:
     from kafkalab.verify import StateCheck
@@ -67,7 +67,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def _start(args: argparse.Namespace, ctx: Any) -> str:
     from kafkalab.cluster import KafkaCluster
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     _check(args)
     lab = _lab_dir(args, ctx)
@@ -94,7 +94,7 @@ def _start(args: argparse.Namespace, ctx: Any) -> str:
 
 
 def _stop(args: argparse.Namespace, ctx: Any) -> str:
-    from zkledger.zk_server import EmbeddedZooKeeper, terminate
+    from services.zookeeper import EmbeddedZooKeeper, terminate
 
     lab = _lab_dir(args, ctx)
     try:
@@ -124,7 +124,7 @@ def _is_broker(pid: int) -> bool:
 def _run(args: argparse.Namespace, ctx: Any) -> str:
     from kafkalab.runner import LabRun
     from kafkalab.scenarios import SCENARIOS
-    from zkledger.zk_server import EmbeddedZooKeeper
+    from services.zookeeper import EmbeddedZooKeeper
 
     _check(args)
     names = args.scenarios or list(SCENARIOS)
@@ -144,7 +144,7 @@ def _run(args: argparse.Namespace, ctx: Any) -> str:
         zk.stop()
     res = lab_run.finish()
     check = print_comparison(res, sys.stdout)
-    from zkledger.report import write_report
+    from services.report import write_report
 
     report = write_report(ctx.lake, os.path.join(ctx.lake_root, "zkledger-report.html"))[0]
     print(f"\nreport: {report}", file=sys.stdout)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from zkledger.errors import UserError
+from services.errors import UserError
 
 
 def register(subparsers: Any) -> None:

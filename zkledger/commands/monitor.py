@@ -29,8 +29,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, ctx: Any) -> str:
     from engine.monitor import start_monitor
     from engine.stateful import stateful_checkpoint
-    from zkledger.alerts import AnomalyAlerter
-    from zkledger.errors import UserError
+    from services.alerts import AnomalyAlerter
+    from services.errors import UserError
 
     url = args.webhook or ctx.settings.monitor.webhook or None
     try:

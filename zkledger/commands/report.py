@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from models.tables import ANOMALIES, CONTROLLER_TENURE
-from zkledger.errors import UserError
-from zkledger.report import write_report
+from services.errors import UserError
+from services.report import write_report
 
 
 def register(subparsers: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from zkledger.errors import UserError
+from services.errors import UserError
 
 
 def register(subparsers: Any) -> None:
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
 
 
 def _offline(args: argparse.Namespace, ctx: Any) -> str:
+    from services.progress import Progress
     from simulator.offline import write_offline
-    from zkledger.progress import Progress
 
     if not args.events or not args.partitions or args.events <= 0 or args.partitions <= 0:
         raise UserError("--offline needs --events N and --partitions P (both > 0)")

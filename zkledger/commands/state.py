@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from models.tables import METADATA_EVENTS, PARTITION_TRANSITIONS
-from zkledger.sanitize import terminal_safe
+from services.sanitize import terminal_safe
 
 
 def parse_zxid(text: str) -> int:

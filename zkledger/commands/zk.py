@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from services.errors import UserError
+from services.zookeeper import EmbeddedZooKeeper, four_letter_word, running_state
 from zkledger.context import Context
-from zkledger.errors import UserError
-from zkledger.zk_server import EmbeddedZooKeeper, four_letter_word, running_state
 
 
 def register(subparsers: Any) -> None:

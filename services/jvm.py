@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from zkledger.errors import UserError
+from services.errors import UserError
 
 DELTA = "delta"
 """The set holding Delta Lake's Spark connector (delta-spark_4.1_2.13 and what Spark does not ship)."""

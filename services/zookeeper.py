@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 
-from zkledger.errors import ZooKeeperServerError
+from services.errors import ZooKeeperServerError
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests import sample_data as sd
-from zkledger import cli
-from zkledger.report import (
+from services.report import (
     ReportData,
     controller_changes_series,
     load_report_data,
@@ -23,6 +21,8 @@ from zkledger.report import (
     tenure_overlaps,
     under_replicated_series,
 )
+from tests import sample_data as sd
+from zkledger import cli
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -26,7 +26,7 @@ from models.tables import (
     PARTITION_TRANSITIONS,
     QUALITY_RESULTS,
 )
-from zkledger.report_svg import Band, Lane, Marker, Segment, TimeScale, esc, lanes_svg, step_chart_svg
+from services.report_svg import Band, Lane, Marker, Segment, TimeScale, esc, lanes_svg, step_chart_svg
 
 if TYPE_CHECKING:
     from lakehouse import Lake

@@ -14,7 +14,7 @@ from types import TracebackType
 
 import pyspark
 
-from zkledger.zk_server import free_port
+from services.zookeeper import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 

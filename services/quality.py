@@ -37,7 +37,7 @@ from models.states import (
     replica_valid_previous,
 )
 from models.tables import ALL_TABLES, METADATA_EVENTS, PARTITION_TRANSITIONS, QUALITY_RESULTS
-from zkledger.errors import UserError
+from services.errors import UserError
 
 if TYPE_CHECKING:
     from great_expectations.expectations import Expectation as GxExpectation

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from zkledger.errors import ZooKeeperServerError
-from zkledger.zk_server import EmbeddedZooKeeper, port_in_use, running_state, terminate
+from services.errors import ZooKeeperServerError
+from services.zookeeper import EmbeddedZooKeeper, port_in_use, running_state, terminate
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("starts_zookeeper")]
 
@@ -137,7 +137,7 @@ def test_zk_hosts_fixture_gives_an_empty_private_chroot(zk_hosts: str, zk_server
 def test_a_server_started_from_python_dies_with_its_interpreter(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from zkledger.zk_server import EmbeddedZooKeeper\n"
+        "from services.zookeeper import EmbeddedZooKeeper\n"
         f"zk = EmbeddedZooKeeper({str(tmp_path / 'zk')!r}).start()\n"
         "print(zk.port)\n"
     )

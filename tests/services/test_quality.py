@@ -11,10 +11,10 @@ from pyspark.sql import functions as F
 
 from lakehouse.spark_io import read_table
 from models.quality import SUITES
+from services.quality import run_quality, run_quality_on_batch
 from tests import sample_data as sd
 from zkledger.commands import check as check_command
 from zkledger.context import Context
-from zkledger.quality import run_quality, run_quality_on_batch
 
 pytestmark = pytest.mark.spark
 

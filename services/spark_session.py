@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conf.settings import Settings
-from zkledger.errors import UserError
-from zkledger.jvm import DELTA, installed_jars
+from services.errors import UserError
+from services.jvm import DELTA, installed_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

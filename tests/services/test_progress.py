@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from zkledger.progress import Progress
+from services.progress import Progress
 
 
 class FakeTty(io.StringIO):

@@ -23,7 +23,7 @@ from datetime import date, datetime
 from typing import Any, TextIO
 
 from models.anomalies import describe
-from zkledger.sanitize import remember_url, terminal_safe, url_for_log
+from services.sanitize import remember_url, terminal_safe, url_for_log
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conf.settings import load_settings
-from zkledger.spark import ROCKSDB_PROVIDER, spark_conf
+from services.spark_session import ROCKSDB_PROVIDER, spark_conf
 
 pytestmark = pytest.mark.spark
 

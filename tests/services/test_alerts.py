@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 
-from zkledger.alerts import AnomalyAlerter, WebhookSender
+from services.alerts import AnomalyAlerter, WebhookSender
 
 ROW = {
     "cluster": "local",
@@ -166,7 +166,7 @@ def test_failing_webhook_logs_host_not_token(http_server, caplog):
     _Recorder.fail_first = 10  # always 503
     url = http_server.replace("/hook", f"/hook/{token}?key={token}")
     sender = WebhookSender(url, attempts=2, backoff_s=0.01, timeout_s=5)
-    with caplog.at_level(logging.WARNING, logger="zkledger.alerts"):
+    with caplog.at_level(logging.WARNING, logger="services.alerts"):
         sender.submit(b"{}")
         sender.close()
     assert sender.failed == 1
@@ -179,7 +179,7 @@ def test_failing_webhook_logs_host_not_token(http_server, caplog):
 
 def test_dead_webhook_log_names_host_only(caplog):
     sender = WebhookSender("http://127.0.0.1:9/secret-path?token=s3cr3t", attempts=1, timeout_s=0.5)
-    with caplog.at_level(logging.WARNING, logger="zkledger.alerts"):
+    with caplog.at_level(logging.WARNING, logger="services.alerts"):
         sender.submit(b"{}")
         sender.close()
     text = "\n".join(r.getMessage() for r in caplog.records)
