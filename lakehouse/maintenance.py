@@ -5,7 +5,7 @@ Both engines write the same tables: delta-rs (the collectors' appends, the JVM-f
 Delta's Spark connector (rebuild, monitor). A table feature one of them cannot handle must never be turned on
 silently, so `check_shared_protocol` refuses a table whose protocol needs anything outside `SHARED_FEATURES`;
 `maintain_table` runs it first, and Spark's session conf keeps Delta's feature defaults off
-(``zkledger.spark.spark_conf``). What delta-rs 1.6.6 cannot handle was measured, not assumed
+(``services.spark_session.spark_conf``). What delta-rs 1.6.6 cannot handle was measured, not assumed
 (tests/lakehouse/test_interop.py):
 
 - cannot read: deletionVectors, v2Checkpoint, typeWidening, vacuumProtocolCheck (reader features);

@@ -2,7 +2,7 @@
 source, idempotent batch writes.
 
 Every Spark read and write of a lake table here is ``format("delta")`` (the session is built with Delta's
-extension and catalog by ``zkledger.spark.build_spark``). Rows that already sit in this process as Arrow (the
+extension and catalog by ``services.spark_session.build_spark``). Rows that already sit in this process as Arrow (the
 collectors' appends, an increment computed in the driver) are written by ``Lake`` with delta-rs, which starts
 no JVM; both writers commit to the same tables with the same app-transaction ids.
 """

@@ -1,6 +1,6 @@
 """Declarative data-quality expectations per lake table, as plain data (no GX, no Spark).
 
-``zkledger.quality`` turns each :class:`Expectation` into a Great Expectations expectation.
+``services.quality`` turns each :class:`Expectation` into a Great Expectations expectation.
 The vocabulary (states, anomaly kinds, znode ops, severities) comes from the other model
 modules so a new state or kind is checked as soon as it is added there. Cross-row or
 cross-table rules ("the legal flag agrees with Kafka's table", "a transition names a known
