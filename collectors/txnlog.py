@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from collectors.bronze import BronzeWriter, LakeLike, WriterLease, change_row
 from collectors.jute import JuteError, JuteReader
@@ -364,6 +364,14 @@ class _Node:
     ephemeral_owner: int
 
 
+class _ChangeBase(TypedDict):
+    """What every change of one transaction shares (its header's fields)."""
+
+    zxid: int
+    session_id: int
+    txn_time: datetime
+
+
 @dataclass
 class TxnDecoder:
     """Turns txns into ZnodeChanges, tracking the znode tree state the log itself does not repeat.
@@ -422,7 +430,7 @@ class TxnDecoder:
             return self._multi(h, rec)
         return self._single(h, rec)
 
-    def _base(self, h: TxnHeader) -> dict[str, object]:
+    def _base(self, h: TxnHeader) -> _ChangeBase:
         return {"zxid": h.zxid, "session_id": h.client_id, "txn_time": _ms_to_dt(h.time_ms)}
 
     def _single(self, h: TxnHeader, rec: TxnRecord) -> list[ZnodeChange]:
@@ -433,7 +441,7 @@ class TxnDecoder:
         if rec.type == SET_DATA:
             return self._set(h, rec)
         if rec.type == CREATE_SESSION:
-            return [ZnodeChange(path="/", op=ZnodeOp.CREATE_SESSION, detail=f"timeout={rec.timeout}", **self._base(h))]  # type: ignore[arg-type]
+            return [ZnodeChange(path="/", op=ZnodeOp.CREATE_SESSION, detail=f"timeout={rec.timeout}", **self._base(h))]
         if rec.type == CLOSE_SESSION:
             return self._close_session(h, rec)
         return []  # setACL, check, a standalone error: no znode content changed
@@ -450,7 +458,7 @@ class TxnDecoder:
         return [
             ZnodeChange(
                 path=rel, op=ZnodeOp.CREATE, data=rec.data, version=0, czxid=h.zxid, mzxid=h.zxid,
-                pzxid=h.zxid, ephemeral_owner=owner, **self._base(h),  # type: ignore[arg-type]
+                pzxid=h.zxid, ephemeral_owner=owner, **self._base(h),
             )
         ]
 
@@ -464,7 +472,7 @@ class TxnDecoder:
             ZnodeChange(
                 path=rel, op=ZnodeOp.SET, data=rec.data, version=rec.version,
                 czxid=node.czxid if node else None, mzxid=h.zxid,
-                ephemeral_owner=node.ephemeral_owner if node else None, **self._base(h),  # type: ignore[arg-type]
+                ephemeral_owner=node.ephemeral_owner if node else None, **self._base(h),
             )
         ]
 
@@ -479,7 +487,7 @@ class TxnDecoder:
             ZnodeChange(
                 path=rel, op=ZnodeOp.DELETE, czxid=node.czxid if node else None,
                 ephemeral_owner=node.ephemeral_owner if node else None, detail=detail,
-                **self._base(h),  # type: ignore[arg-type]
+                **self._base(h),
             )
         ]
 
@@ -487,7 +495,7 @@ class TxnDecoder:
         tracked = self.ephemerals.pop(h.client_id, set())
         # 3.6+ logs the paths; older logs rely on the ephemerals we tracked from creates
         paths = sorted(set(rec.paths) if rec.paths is not None else tracked)
-        out = [ZnodeChange(path="/", op=ZnodeOp.CLOSE_SESSION, detail=f"ephemerals={len(paths)}", **self._base(h))]  # type: ignore[arg-type]
+        out = [ZnodeChange(path="/", op=ZnodeOp.CLOSE_SESSION, detail=f"ephemerals={len(paths)}", **self._base(h))]
         for p in paths:
             out.extend(self._delete(h, p, "closeSession"))
         self.sessions_in_chroot.discard(h.client_id)
@@ -519,7 +527,7 @@ class TxnDecoder:
             f"err={err} {_err_name(err or 0)} failed_op={idx} ops={len(rec.subs)}; "
             "path inferred (ZooKeeper does not log the paths of a failed multi)"
         )
-        return [ZnodeChange(path=path, op=ZnodeOp.MULTI_FAILED, detail=detail, **self._base(h))]  # type: ignore[arg-type]
+        return [ZnodeChange(path=path, op=ZnodeOp.MULTI_FAILED, detail=detail, **self._base(h))]
 
     def _failed_multi_path(self, idx: int, err: int, n_ops: int) -> str:
         if idx == 0 and err == -103 and n_ops >= 2:

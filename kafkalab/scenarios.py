@@ -72,7 +72,7 @@ class Lab:
 
         self.wait_until(ok, f"full ISRs{'' if topics is None else ' of ' + ', '.join(sorted(topics))}")
 
-    def wait_topics(self, present: set[str], absent: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    def wait_topics(self, present: set[str], absent: frozenset[str] | set[str] = frozenset()) -> None:
         def ok(view: dict[tuple[str, int], PartitionView]) -> bool:
             names = {k[0] for k in view}
             zk_gone = all(not self.cluster.zk_children(f"/brokers/topics/{t}") for t in absent)

@@ -72,8 +72,9 @@ def agreed(sent: datetime, received: datetime, answers: list[Answer]) -> Sample:
     disputed: set[tuple[str, int]] = set()
     for key in keys:
         views = {a.partitions.get(key) for a in answers}
-        if len(views) == 1 and None not in views:
-            partitions[key] = views.pop()  # type: ignore[assignment]
+        view = views.pop() if len(views) == 1 else None
+        if view is not None:
+            partitions[key] = view
         else:
             disputed.add(key)
     controllers = {a.controller_id for a in answers}

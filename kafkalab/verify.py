@@ -51,7 +51,8 @@ def _view_at(metadata: list[dict[str, Any]], transitions: list[dict[str, Any]], 
              key: tuple[str, int] | None, line: KafkaLine) -> PartitionView | int | None:
     st = zkledger_state(metadata, transitions, at)
     if key is None:
-        return st["controller_id"]  # type: ignore[no-any-return]
+        controller: int | None = st["controller_id"]
+        return controller
     return next((as_reported(p, st["live_brokers"], line) for p in st["partitions"]
                  if (p["topic"], p["partition"]) == key), None)
 

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from itertools import pairwise
 from multiprocessing.pool import AsyncResult, Pool
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +40,10 @@ import pyarrow.compute as pc
 
 from models.tables import ZNODE_EVENTS
 from simulator.payloads import topic_id
+
+if TYPE_CHECKING:
+    from lakehouse import Lake
+    from services.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -363,8 +367,8 @@ def generate(events: int, partitions: int, brokers: int = 5, seed: int = 0, clus
             pool.terminate()
 
 
-def write_offline(lake: object, events: int, partitions: int, brokers: int = 5, seed: int = 0,
-                  batch: int = 1_000_000, progress: object | None = None, workers: int | None = None,
+def write_offline(lake: Lake, events: int, partitions: int, brokers: int = 5, seed: int = 0,
+                  batch: int = 1_000_000, progress: Progress | None = None, workers: int | None = None,
                   failover_every: int = FAILOVER_EVERY) -> int:
     """Append the history to `znode_events` idempotently (writer `offline-sim:<seed>`, batch_seq 0, 1, ...).
 
@@ -384,13 +388,13 @@ def write_offline(lake: object, events: int, partitions: int, brokers: int = 5, 
                 continue  # drain so the producer never blocks after an error
             seq, table, states = item
             try:
-                lake.append(ZNODE_EVENTS.name, table, writer_id=writer, batch_seq=seq)  # type: ignore[attr-defined]
+                lake.append(ZNODE_EVENTS.name, table, writer_id=writer, batch_seq=seq)
             except BaseException as exc:  # re-raised in the caller's thread below
                 failure.append(exc)
                 continue
             written += table.num_rows
             if progress is not None:
-                progress.advance(states)  # type: ignore[attr-defined]
+                progress.advance(states)
 
     thread = threading.Thread(target=commit, name="offline-writer", daemon=True)
     thread.start()

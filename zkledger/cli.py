@@ -100,6 +100,12 @@ def run(argv: Sequence[str]) -> int:
             _close(ctx)
 
 
+def run_command(command: str, argv: Sequence[str] | None = None) -> int:
+    """`run` of one command with its own arguments: what the `jobs/` entry points of `spark-submit` call, so a job
+    and ``zkledger <command>`` are the same handler with the same options (`argv` defaults to ``sys.argv[1:]``)."""
+    return _entry([command, *(sys.argv[1:] if argv is None else argv)])
+
+
 def _entry(argv: Sequence[str]) -> int:
     """`run` with what would otherwise escape it (argparse's exits, an unexpected error) made an exit code."""
     try:

@@ -62,6 +62,7 @@ class Context:
             from services.spark_session import build_spark
 
             self._spark = build_spark(self.settings, app_name)
+            log.info("Spark on master %s", self._spark.sparkContext.master)
         return self._spark
 
     @property

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from models.anomalies import describe
 from models.tables import ANOMALIES
+from zkledger.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class _Stages:
         return out
 
 
-def run_demo(ctx: Any, *, scenario: str | None = None, kafka_version: str = "2.0", seed: int = 7,
+def run_demo(ctx: Context, *, scenario: str | None = None, kafka_version: str = "2.0", seed: int = 7,
              report: str = "zkledger-report.html", port: int = 0, err: TextIO | None = None) -> DemoResult:
     """Play the story and run everything over it; returns what was expected and what was found."""
     from collectors.kafka_logs import collect_logs

@@ -68,13 +68,13 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
     local = run_quality(spark, lake, tables=TABLES, write_results=False)
 
     argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "check.py"),
-            "--lake", lake.root, "--cluster", lake.cluster]
+            "--lake", lake.root, "--cluster", lake.cluster, "-v"]
     for t in TABLES:
         argv += ["--table", t]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=spark_env(), cwd=tmp_path)
     assert done.returncode == 1, (done.stdout + done.stderr)[-3000:]  # the ALIENS kind fails the anomalies suite
     output = done.stdout + done.stderr
-    assert f"check on master {standalone}" in output, output[-4000:]
+    assert f"Spark on master {standalone}" in output, output[-4000:]
 
     stored = lake.read_arrow("quality_results").to_pylist()
     remote = {(r["table_name"], r["expectation"], r["success"], r["observed"]) for r in stored}

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from zkledger.context import Context
+
 log = logging.getLogger(__name__)
 
 COMMANDS: tuple[str, ...] = (
@@ -24,7 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "kafka_lab",
 )
 
-Handler = Callable[[argparse.Namespace, Any], "str | tuple[str, int]"]
+Handler = Callable[[argparse.Namespace, Context], "str | tuple[str, int]"]
 
 
 def register_all(subparsers: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -78,7 +80,7 @@ def _register_broken(
     reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
     parser = subparsers.add_parser(name, parents=parents, help=f"(unavailable: {reason})")
 
-    def run(args: argparse.Namespace, ctx: Any) -> str:
+    def run(args: argparse.Namespace, ctx: Context) -> str:
         raise UserError(f"zkledger {name}: cannot load the command ({reason})")
 
     parser.set_defaults(handler=run)

@@ -11,6 +11,7 @@ from models.anomalies import AnomalyKind, describe
 from models.tables import ANOMALIES
 from services.errors import UserError
 from services.sanitize import terminal_safe
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +37,7 @@ def select(rows: list[dict[str, Any]], since: datetime | None, kind: str | None)
     return sorted(out, key=lambda r: (r["zxid"] is None, r["zxid"] or 0, r["event_time"] or datetime.min.replace(tzinfo=UTC), r["anomaly_id"]))
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     if args.kind is not None and args.kind not in AnomalyKind.__members__:
         raise UserError(f"unknown kind {args.kind!r}; one of: {', '.join(AnomalyKind.__members__)}")
     since = parse_time(args.since) if args.since else None

@@ -8,6 +8,7 @@ from typing import Any
 
 from models.tables import ALL_TABLES
 from services.quality import QUALITY_DIR, run_quality
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -28,7 +29,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
+def run(args: argparse.Namespace, ctx: Context) -> tuple[str, int]:
     ctx.require_lake()
     report = run_quality(ctx.spark("zkledger-check"), ctx.lake, tables=args.table,
                          kafka_version=args.kafka_version, write_results=not args.no_store)

@@ -12,6 +12,7 @@ from typing import Any
 
 from services.errors import UserError
 from services.progress import Progress
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -49,7 +50,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     if args.source == "zk":
         return _collect_zk(args, ctx)
     if args.source == "txnlog":
@@ -72,7 +73,7 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(s, h)
 
 
-def _chroot(value: str | None, ctx: Any) -> str:
+def _chroot(value: str | None, ctx: Context) -> str:
     chroot = value if value is not None else ctx.settings.zookeeper.chroot
     if chroot and not chroot.startswith("/"):
         raise UserError(f"--chroot must start with '/', got {chroot!r}")
@@ -84,7 +85,7 @@ def _line(what: str, summary: dict[str, Any]) -> str:
             f"{summary.get('quarantined', 0)} quarantined")
 
 
-def _collect_zk(args: argparse.Namespace, ctx: Any) -> str:
+def _collect_zk(args: argparse.Namespace, ctx: Context) -> str:
     from kazoo.handlers.threading import KazooTimeoutError
 
     from collectors.zk_watch import ZkWatchCollector
@@ -127,7 +128,7 @@ def _run_with_progress(collector: Any, stop: threading.Event, progress: Progress
     return dict(collector.summary())
 
 
-def _collect_txnlog(args: argparse.Namespace, ctx: Any) -> str:
+def _collect_txnlog(args: argparse.Namespace, ctx: Context) -> str:
     from collectors.txnlog import TxnLogCollector, log_files
 
     data_dir = Path(args.dir)
@@ -158,7 +159,7 @@ def _one_writer() -> Iterator[None]:
         raise UserError(str(exc)) from exc
 
 
-def _collect_logs(args: argparse.Namespace, ctx: Any) -> str:
+def _collect_logs(args: argparse.Namespace, ctx: Context) -> str:
     path = Path(args.path)
     if not path.exists():
         raise UserError(f"--path {args.path}: no such file or directory")

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from services.errors import UserError
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -27,7 +28,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     import os
 
     from zkledger.demo import print_summary, run_demo

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from models.tables import CONTROLLER_TENURE, METADATA_EVENTS, PARTITION_TRANSITIONS
 from services.errors import UserError
+from zkledger.context import Context
 
 if TYPE_CHECKING:
     from kafkalab.verify import StateCheck
@@ -45,11 +46,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _lab_dir(args: argparse.Namespace, ctx: Any) -> Path:
+def _lab_dir(args: argparse.Namespace, ctx: Context) -> Path:
     return Path(args.dir) if args.dir else Path(ctx.lake_root) / "_kafka_lab"
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     if args.action == "start":
         return _start(args, ctx)
     if args.action == "stop":
@@ -65,7 +66,7 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--brokers must be 1..9, got {args.brokers}")
 
 
-def _start(args: argparse.Namespace, ctx: Any) -> str:
+def _start(args: argparse.Namespace, ctx: Context) -> str:
     from kafkalab.cluster import KafkaCluster
     from services.zookeeper import EmbeddedZooKeeper
 
@@ -93,7 +94,7 @@ def _start(args: argparse.Namespace, ctx: Any) -> str:
             f"stop with `zkledger kafka-lab stop`")
 
 
-def _stop(args: argparse.Namespace, ctx: Any) -> str:
+def _stop(args: argparse.Namespace, ctx: Context) -> str:
     from services.zookeeper import EmbeddedZooKeeper, terminate
 
     lab = _lab_dir(args, ctx)
@@ -121,7 +122,7 @@ def _is_broker(pid: int) -> bool:
         return False
 
 
-def _run(args: argparse.Namespace, ctx: Any) -> str:
+def _run(args: argparse.Namespace, ctx: Context) -> str:
     from kafkalab.runner import LabRun
     from kafkalab.scenarios import SCENARIOS
     from services.zookeeper import EmbeddedZooKeeper

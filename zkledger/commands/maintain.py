@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from services.errors import UserError
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -30,7 +31,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> tuple[str, int]:
+def run(args: argparse.Namespace, ctx: Context) -> tuple[str, int]:
     from engine.stateful import stateful_checkpoint
     from lakehouse.maintenance import DEFAULT_RETENTION_HOURS, TableReport, check_retention, maintain_tables
     from models.tables import ALL_TABLES

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from zkledger.context import Context
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -26,7 +28,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     from engine.monitor import start_monitor
     from engine.stateful import stateful_checkpoint
     from services.alerts import AnomalyAlerter

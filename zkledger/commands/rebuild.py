@@ -12,6 +12,7 @@ from models.tables import (
     PARTITION_TRANSITIONS,
     REPLICA_TRANSITIONS,
 )
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -22,7 +23,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     from engine.rebuild import rebuild
     from engine.stateful import stateful_checkpoint
 

@@ -9,6 +9,7 @@ from typing import Any
 from models.tables import ANOMALIES, CONTROLLER_TENURE
 from services.errors import UserError
 from services.report import write_report
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +24,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     if os.path.isdir(args.out):
         raise UserError(f"--out {args.out}: is a directory; give the report's file name (e.g. {args.out}/report.html)")
     ctx.require_table(ANOMALIES.name)

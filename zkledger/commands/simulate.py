@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from services.errors import UserError
+from zkledger.context import Context
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     from simulator.scenarios import SCENARIOS, list_scenarios, run_scenario
 
     if args.list:
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace, ctx: Any) -> str:
             f"{len(result.znode_writes)} znode writes, {len(result.log_files)} log files, expected anomalies: {kinds}")
 
 
-def _offline(args: argparse.Namespace, ctx: Any) -> str:
+def _offline(args: argparse.Namespace, ctx: Context) -> str:
     from services.progress import Progress
     from simulator.offline import write_offline
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from models.tables import METADATA_EVENTS, PARTITION_TRANSITIONS
 from services.sanitize import terminal_safe
+from zkledger.context import Context
 
 
 def parse_zxid(text: str) -> int:
@@ -34,7 +35,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace, ctx: Any) -> str:
+def run(args: argparse.Namespace, ctx: Context) -> str:
     from pipelines.time_travel import state_at
     from zkledger.commands.anomalies import parse_time
 
