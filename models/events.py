@@ -85,6 +85,8 @@ class MetadataEventType(StrEnum):
     BROKER_DEREGISTERED = "BROKER_DEREGISTERED"  # /brokers/ids/N deleted
     PARTITION_ASSIGNED = "PARTITION_ASSIGNED"  # /brokers/topics/T created/set: one event per partition: replicas
     TOPIC_DELETED = "TOPIC_DELETED"  # /brokers/topics/T deleted
+    TOPIC_CREATED = "TOPIC_CREATED"  # KRaft's TopicRecord (ZooKeeper shows a topic by its PARTITION_ASSIGNED rows)
+    METADATA_TRANSACTION = "METADATA_TRANSACTION"  # KRaft's Begin/End/AbortTransactionRecord: detail.phase
     PARTITION_STATE_WRITTEN = "PARTITION_STATE_WRITTEN"  # .../partitions/P/state created or set
     PARTITION_STATE_DELETED = "PARTITION_STATE_DELETED"
     TOPIC_DELETION_REQUESTED = "TOPIC_DELETION_REQUESTED"  # /admin/delete_topics/T created

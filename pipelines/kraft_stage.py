@@ -1,0 +1,177 @@
+"""A KRaft cluster's key of the one composition: its metadata-log records in, the same outputs as a ZooKeeper
+cluster's buckets and stage out.
+
+KRaft's records are deltas keyed by topic id, so they are made into zkledger's metadata events in log order
+against the cluster's metadata image (``models.kraft_image``), which only one key can hold. A KRaft cluster is
+therefore one key, ``(cluster, KRAFT_STAGE)``, whose step turns its batch's records into events and runs the
+same ``bucket_step`` and ``cluster_step`` a ZooKeeper cluster's keys run, over one bucket holding every
+partition. Metadata logs are small next to the partition counts the buckets exist for (a record per leader or
+ISR change), so one key keeps up. Arrow and pure Python only: no Spark, no lake.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from models.events import MetadataEvent
+from models.ids import metadata_event_id
+from models.kraft_image import MetadataImage, image_from_json, image_to_json
+from models.kraft_records import (
+    ControlRecordType,
+    KraftDecodeError,
+    MetadataRecord,
+    decode_control_record,
+    decode_metadata_record,
+)
+from pipelines.bucket_fold import (
+    BUCKET_COLUMN,
+    CLUSTER_STAGE,
+    TXNLOG_COLUMN,
+    TXNLOG_RANGE,
+    ZK_TIME,
+    BucketState,
+    bucket_step,
+    route,
+)
+from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
+
+KRAFT_STAGE = -2
+"""The bucket number of a KRaft cluster's one key."""
+
+
+class KraftSource:
+    """The ``source`` column of ``kraft_records``."""
+
+    SEGMENT = "segment"
+    SNAPSHOT = "snapshot"
+    GAP = "gap"
+
+
+@dataclass(frozen=True)
+class KraftState:
+    """What a KRaft cluster's key carries: its metadata image, and the state of its one bucket and its stage."""
+
+    image: MetadataImage
+    bucket: BucketState
+    stage: ClusterState
+
+    def image_bytes(self) -> bytes:
+        return json.dumps(image_to_json(self.image), separators=(",", ":")).encode()
+
+    @staticmethod
+    def image_of(blob: bytes | None) -> MetadataImage:
+        return image_from_json(json.loads(blob)) if blob else MetadataImage()
+
+
+def route_kraft_rows(records: pa.Table) -> pa.Table:
+    """Bronze ``kraft_records`` rows with a ``bucket`` column sending each to its cluster's KRaft key."""
+    return records.append_column(BUCKET_COLUMN, pa.array(np.full(records.num_rows, KRAFT_STAGE, np.int32)))
+
+
+def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: pa.Schema,
+               kafka_version: str) -> tuple[dict[str, pa.Table], KraftState]:
+    """One KRaft cluster's micro-batch: its records (``kraft_records`` rows) made into metadata events against
+    the image, then the one bucket's and the stage's steps over them."""
+    events = _events(cluster, state.image, records)
+    meta = _meta_table(cluster, events, meta_schema)
+    routed = route(meta, 1)
+    at_stage = pc.equal(routed[BUCKET_COLUMN], CLUSTER_STAGE)
+    stage_rows = routed.filter(at_stage).drop_columns([BUCKET_COLUMN])
+    bucket_rows = routed.filter(pc.invert(at_stage)).drop_columns([BUCKET_COLUMN])
+    offsets = records["offset"]
+    span = pa.table({"lo": [pc.min(offsets).as_py()], "hi": [pc.max(offsets).as_py()]}, TXNLOG_RANGE) \
+        if records.num_rows else TXNLOG_RANGE.empty_table()
+    newest = pc.max(records["batch_timestamp"]).as_py() if records.num_rows else None
+    zk_time = (pa.table({"cluster": [cluster], "zk_time": [int(newest.timestamp() * 1_000_000)]}, ZK_TIME)
+               if newest is not None else None)
+    stage_out, stage = cluster_step(cluster, state.stage, {StreamPart.EVENTS: stage_rows, StreamPart.TXNLOG: span})
+    bucket_out, bucket = bucket_step(cluster, state.bucket, bucket_rows, None, kafka_version, zk_time, span)
+    out: dict[str, pa.Table] = {}
+    for name in dict.fromkeys([*stage_out, *bucket_out]):
+        parts = [t for t in (stage_out.get(name), bucket_out.get(name)) if t is not None]
+        out[name] = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
+    return out, KraftState(state.image, bucket, stage)
+
+
+def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple[MetadataEvent, str]]:
+    """The batch's records in log order through the image: (event, the record's name) pairs. A snapshot is
+    taken only where the image has not reached its end (the log before it was deleted unread)."""
+    rows = records.select(["offset", "leader_epoch", "batch_timestamp", "is_control", "key", "value", "source",
+                           "snapshot_id"]).to_pylist()
+    segment = sorted((r for r in rows if r["source"] == KraftSource.SEGMENT), key=lambda r: r["offset"])
+    snapshots: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["source"] == KraftSource.SNAPSHOT and r["snapshot_id"]:
+            snapshots.setdefault(r["snapshot_id"], []).append(r)
+    pending = sorted(((int(sid.split("-")[0]), sid) for sid in snapshots), reverse=True)
+    out: list[tuple[MetadataEvent, str]] = []
+    for r in segment:
+        while pending and pending[-1][0] <= r["offset"]:
+            _rebase(image, snapshots[pending.pop()[1]], out)
+        out.extend(_record_events(image, r))
+    while pending:
+        _rebase(image, snapshots[pending.pop()[1]], out)
+    return out
+
+
+def _record_events(image: MetadataImage, r: dict[str, Any]) -> list[tuple[MetadataEvent, str]]:
+    if r["offset"] <= image.offset:
+        return []  # already applied (a replayed batch, or a snapshot that reached past it)
+    epoch, at = int(r["leader_epoch"] or 0), _utc(r["batch_timestamp"])
+    try:
+        if r["is_control"]:
+            control = decode_control_record(r["key"], r["value"])
+            name = ControlRecordType(control.record_type).name
+            return [(e, name) for e in image.apply_control(control, r["offset"], epoch, at)]
+        record = decode_metadata_record(r["value"] or b"")
+    except KraftDecodeError:
+        image.offset = max(image.offset, r["offset"])  # the collector quarantined it; the bronze row keeps it
+        return []
+    return [(e, record.record_type.name) for e in image.apply(record, r["offset"], epoch, at)]
+
+
+def _rebase(image: MetadataImage, rows: list[dict[str, Any]], out: list[tuple[MetadataEvent, str]]) -> None:
+    snapshot_id = rows[0]["snapshot_id"]
+    end_offset = int(snapshot_id.split("-")[0])
+    if end_offset - 1 <= image.offset:
+        return  # the log's own records got there first
+    records: list[MetadataRecord] = []
+    for r in sorted(rows, key=lambda r: r["offset"]):
+        if r["is_control"]:
+            continue
+        try:
+            records.append(decode_metadata_record(r["value"] or b""))
+        except KraftDecodeError:
+            continue
+    epoch = int(snapshot_id.split("-")[1])
+    stamps = [_utc(r["batch_timestamp"]) for r in rows]
+    at = max((t for t in stamps if t is not None), default=None)
+    out.extend((e, "SNAPSHOT") for e in image.rebase(records, end_offset, epoch, at))
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    return ts if ts is None or ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def _meta_table(cluster: str, events: list[tuple[MetadataEvent, str]], schema: pa.Schema) -> pa.Table:
+    rows: list[dict[str, Any]] = []
+    seq: dict[int, int] = {}
+    for e, record in events:
+        n = seq[e.zxid] = seq.get(e.zxid, -1) + 1
+        rows.append({
+            "cluster": cluster, "zxid": e.zxid, "event_time": e.event_time, "type": str(e.type), "topic": e.topic,
+            "partition": e.partition, "broker": e.broker, "controller_id": e.controller_id,
+            "controller_epoch": e.controller_epoch, "leader": e.leader, "leader_epoch": e.leader_epoch,
+            "isr": None if e.isr is None else list(e.isr), "replicas": None if e.replicas is None else list(e.replicas),
+            "zk_version": e.zk_version, "czxid": e.czxid, "path": e.path,
+            "detail": json.dumps(e.detail, sort_keys=True, separators=(",", ":")) if e.detail else None,
+            "event_id": metadata_event_id(cluster, e.zxid, e.path, record, n), "_seq": n, TXNLOG_COLUMN: True,
+        })
+    return pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()

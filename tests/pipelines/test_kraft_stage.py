@@ -1,0 +1,90 @@
+"""A KRaft cluster's key: metadata-log records through the image into the same fold, detectors and outputs as a
+ZooKeeper cluster's, whatever the batches."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from models.anomalies import AnomalyKind
+from models.kraft_image import MetadataImage
+from pipelines.bucket_fold import BucketState
+from pipelines.cluster_stage import ClusterState
+from pipelines.keyed_pipeline import GLOBAL_SCHEMA, META_SEQ
+from pipelines.kraft_stage import KraftState, kraft_step
+from tests import kraft_history as kh
+
+
+def fresh() -> KraftState:
+    return KraftState(MetadataImage(), BucketState.empty(META_SEQ), ClusterState.empty(GLOBAL_SCHEMA))
+
+
+def run(log: kh.KraftLog, cuts: list[int]) -> dict[str, list[dict[str, object]]]:
+    """Every output table's rows of ``log`` stepped in batches cut at ``cuts``."""
+    state, got = fresh(), {}
+    bounds = [0, *cuts, log.offset]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        out, state = kraft_step(log.cluster, state, log.table(lo, hi), META_SEQ, "3.9")
+        for name, rows in out.items():
+            got.setdefault(name, []).extend(rows.to_pylist())
+    return got
+
+
+def faulty() -> kh.KraftLog:
+    log = kh.routine_cluster()
+    log.add(kh.partition_change("orders", 0, leader=2, isr=[2, 3]))
+    log.add(kh.fence(1, 11))
+    log.elect(2)
+    log.add(kh.partition_change("orders", 0, leader=-1, isr=[2]))  # offline
+    log.add(kh.partition_change("orders", 1, leader=3, isr=[2]))  # a leader outside the ISR
+    log.add(kh.remove_topic("orders"))
+    return log
+
+
+def test_a_routine_history_raises_nothing_and_ends_in_its_state() -> None:
+    log = kh.routine_cluster()
+    log.add(kh.partition_change("orders", 0, isr=[1, 2]))
+    log.add(kh.partition_change("orders", 0, isr=[1, 2, 3]))
+    got = run(log, [])
+    assert got.get("anomalies", []) == []
+    state = {(r["topic"], r["partition"]): r for r in got["partition_state"]}
+    assert state[("orders", 0)]["isr"] == [1, 2, 3] and state[("orders", 0)]["state"] == "OnlinePartition"
+    assert state[("orders", 1)]["leader"] == 2
+    terms = got["controller_tenure"]
+    assert [(t["controller_id"], t["controller_epoch"]) for t in terms] == [(1, 2)]
+
+
+def test_faults_raise_their_kinds_at_their_offsets() -> None:
+    found = {(a["kind"], a["zxid"]) for a in run(faulty(), [])["anomalies"]}
+    assert (AnomalyKind.OFFLINE_PARTITION, 13) in found
+    assert (AnomalyKind.LEADER_NOT_IN_ISR, 14) in found
+
+
+def test_the_outputs_do_not_depend_on_the_batches() -> None:
+    def key(rows: list[dict[str, object]]) -> list[str]:
+        return sorted(repr(sorted(r.items())) for r in rows)
+
+    whole = run(faulty(), [])
+    for cuts in ([5], [3, 9, 14], list(range(1, 18))):
+        cut = run(faulty(), cuts)
+        for table in ("metadata_events", "anomalies", "partition_transitions", "replica_transitions"):
+            assert key(cut.get(table, [])) == key(whole.get(table, [])), (table, cuts)
+
+
+def test_a_snapshot_covers_segments_deleted_unread() -> None:
+    log = faulty()
+    rows = log.table().to_pylist()
+    # the log's first 12 records were deleted before they were read; a snapshot at offset 12 holds their image
+    snapshot = kh.KraftLog()
+    kh.routine_cluster(snapshot)
+    snapshot.add(kh.partition_change("orders", 0, leader=2, isr=[2, 3]))
+    snapshot.add(kh.fence(1, 11))
+    snap_rows = [{**r, "source": "snapshot", "snapshot_id": "00000000000000000012-0000000002"}
+                 for r in snapshot.rows if not r["is_control"]]
+    table = pa.Table.from_pylist([*snap_rows, *(r for r in rows if r["offset"] >= 12)],
+                                 schema=log.table().schema)
+    out, _ = kraft_step(log.cluster, fresh(), table, META_SEQ, "3.9")
+    events = out["metadata_events"].to_pylist()
+    assert min(e["zxid"] for e in events) == 11  # the snapshot's image, dated at its last offset
+    final = {(r["topic"], r["partition"]): r for r in out["partition_state"].to_pylist()}
+    assert final == {} or all(r["state"] == "NonExistentPartition" for r in final.values())
+    assert {a["kind"] for a in out["anomalies"].to_pylist()} >= {AnomalyKind.OFFLINE_PARTITION}
