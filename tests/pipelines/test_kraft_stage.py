@@ -3,6 +3,8 @@ ZooKeeper cluster's, whatever the batches."""
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 
 from models.anomalies import AnomalyKind
@@ -22,7 +24,7 @@ def run(log: kh.KraftLog, cuts: list[int]) -> dict[str, list[dict[str, object]]]
     """Every output table's rows of ``log`` stepped in batches cut at ``cuts``."""
     state, got = fresh(), {}
     bounds = [0, *cuts, log.offset]
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         out, state = kraft_step(log.cluster, state, log.table(lo, hi), META_SEQ, "3.9")
         for name, rows in out.items():
             got.setdefault(name, []).extend(rows.to_pylist())
