@@ -22,7 +22,8 @@ def fresh() -> KraftState:
 
 def run(log: kh.KraftLog, cuts: list[int]) -> dict[str, list[dict[str, object]]]:
     """Every output table's rows of ``log`` stepped in batches cut at ``cuts``."""
-    state, got = fresh(), {}
+    state = fresh()
+    got: dict[str, list[dict[str, object]]] = {}
     bounds = [0, *cuts, log.offset]
     for lo, hi in itertools.pairwise(bounds):
         out, state = kraft_step(log.cluster, state, log.table(lo, hi), META_SEQ, "3.9")
