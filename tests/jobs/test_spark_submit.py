@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ from tests.standalone_cluster import SPARK_HOME, StandaloneCluster, spark_env
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("zkledger", "models", "collectors", "pipelines", "engine", "jobs", "conf", "lakehouse", "simulator")
+# the packages `make dist` zips: the project's own list in pyproject.toml
+PACKAGES = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
 TABLES = ("partition_transitions", "anomalies")
 
 

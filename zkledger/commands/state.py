@@ -1,4 +1,5 @@
-"""`zkledger state`: the cluster's metadata as of a point in time or a zxid (time travel over the lake)."""
+"""`zkledger state`: the cluster's metadata as of a point in time, a zxid (ZooKeeper) or an offset (KRaft's metadata
+log) (time travel over the lake)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,24 @@ def parse_zxid(text: str) -> int:
     return value
 
 
+def parse_offset(text: str) -> int:
+    """A metadata log offset: a decimal, not negative."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a log offset (a decimal >= 0): {text!r}")
+    return int(text)
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("state", help="the cluster's metadata as of a point in time",
                                    description="Controller and epoch, live brokers, and per partition "
-                                               "leader/ISR/replicas/state as of --at TIME or --zxid N.")
+                                               "leader/ISR/replicas/state as of --at TIME, --zxid N (a ZooKeeper "
+                                               "cluster) or --offset N (a KRaft cluster's metadata log).")
     point = parser.add_mutually_exclusive_group(required=True)
     point.add_argument("--at", metavar="TIME", default=None, help="ISO 8601 time (naive = UTC)")
     point.add_argument("--zxid", metavar="N", type=parse_zxid, default=None,
                        help="ZooKeeper transaction id, decimal or hex (0x40)")
+    point.add_argument("--offset", metavar="N", type=parse_offset, default=None,
+                       help="a KRaft cluster's metadata log offset (where its history has the zxid)")
     parser.add_argument("--topic", metavar="T", default=None, help="only this topic")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     parser.set_defaults(handler=run)
@@ -43,7 +54,8 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
     ctx.require_table(METADATA_EVENTS.name)
     pt = PARTITION_TRANSITIONS.name
     transitions = ctx.lake.read_arrow(pt).to_pylist() if ctx.lake.exists(pt) else []
-    st = state_at(ctx.lake.read_arrow(METADATA_EVENTS.name).to_pylist(), transitions, zxid=args.zxid, at=at,
+    position = args.zxid if args.offset is None else args.offset  # a KRaft history keeps the offset as its zxid
+    st = state_at(ctx.lake.read_arrow(METADATA_EVENTS.name).to_pylist(), transitions, zxid=position, at=at,
                   topic=args.topic)
     if args.format == "json":
         print(json.dumps(st, default=str, sort_keys=True))
@@ -53,5 +65,6 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
         for p in st["partitions"]:
             print(f"{terminal_safe(p['topic']):<24} {p['partition']:>4} {p['state'] or '-':<22} {p['leader']!s:>6} "
                   f"{p['leader_epoch']!s:>5}  {p['isr']} / {p['replicas']}")
-    point = f"zxid {args.zxid}" if args.zxid is not None else f"{at}"
+    point = (f"zxid {args.zxid}" if args.zxid is not None else f"offset {args.offset}" if args.offset is not None
+             else f"{at}")
     return f"{len(st['partitions'])} partitions as of {point}"
