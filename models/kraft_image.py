@@ -33,6 +33,8 @@ R = MetadataRecordType
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader did not change
+SAME_EPOCH_LEADER = "same_epoch_leader"
+"""In a ``CONTROLLER_ELECTED`` event's detail: the other leader the log named in the same quorum epoch."""
 KRAFT_PATH = "kraft"
 """The ``path`` of a metadata event decoded from the metadata log (it has no znode)."""
 
@@ -103,8 +105,10 @@ class MetadataImage:
         if epoch != self.quorum_epoch:
             events.add(T.CONTROLLER_EPOCH_CHANGED, controller_epoch=epoch)
         if leader >= 0 and (leader, epoch) != (self.quorum_leader, self.quorum_epoch):
-            events.add(T.CONTROLLER_ELECTED, controller_id=leader, controller_epoch=epoch,
-                       detail={"voters": [v["voterId"] for v in record.fields.get("voters") or []]})
+            detail: dict[str, Any] = {"voters": [v["voterId"] for v in record.fields.get("voters") or []]}
+            if epoch == self.quorum_epoch and self.quorum_leader is not None:
+                detail[SAME_EPOCH_LEADER] = self.quorum_leader  # Raft allows one leader per epoch
+            events.add(T.CONTROLLER_ELECTED, controller_id=leader, controller_epoch=epoch, detail=detail)
         self.quorum_leader, self.quorum_epoch = (leader if leader >= 0 else None), epoch
         return events.events
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from models.events import MetadataEvent
+from models.anomalies import AnomalyKind, SplitBrainReason
+from models.events import MetadataEvent, MetadataEventType
 from models.ids import metadata_event_id
-from models.kraft_image import MetadataImage, image_from_json, image_to_json
+from models.kraft_image import SAME_EPOCH_LEADER, MetadataImage, image_from_json, image_to_json
 from models.kraft_records import (
     ControlRecordType,
     KraftDecodeError,
@@ -30,6 +31,8 @@ from models.kraft_records import (
     decode_control_record,
     decode_metadata_record,
 )
+from models.tables import ANOMALIES
+from pipelines import detectors as D
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
@@ -41,6 +44,8 @@ from pipelines.bucket_fold import (
     route,
 )
 from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
+from pipelines.controller import anomaly
+from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 
 KRAFT_STAGE = -2
 """The bucket number of a KRaft cluster's one key."""
@@ -75,12 +80,13 @@ def route_kraft_rows(records: pa.Table) -> pa.Table:
     return records.append_column(BUCKET_COLUMN, pa.array(np.full(records.num_rows, KRAFT_STAGE, np.int32)))
 
 
-def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: pa.Schema,
-               kafka_version: str) -> tuple[dict[str, pa.Table], KraftState]:
+def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: pa.Schema, kafka_version: str,
+               offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> tuple[dict[str, pa.Table], KraftState]:
     """One KRaft cluster's micro-batch: its records (``kraft_records`` rows) made into metadata events against
     the image, then the one bucket's and the stage's steps over them."""
     events = _events(cluster, state.image, records)
     meta = _meta_table(cluster, events, meta_schema)
+    quorum = _two_leaders_in_one_epoch(cluster, meta)
     routed = route(meta, 1)
     at_stage = pc.equal(routed[BUCKET_COLUMN], CLUSTER_STAGE)
     stage_rows = routed.filter(at_stage).drop_columns([BUCKET_COLUMN])
@@ -92,12 +98,23 @@ def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: 
     zk_time = (pa.table({"cluster": [cluster], "zk_time": [int(newest.timestamp() * 1_000_000)]}, ZK_TIME)
                if newest is not None else None)
     stage_out, stage = cluster_step(cluster, state.stage, {StreamPart.EVENTS: stage_rows, StreamPart.TXNLOG: span})
-    bucket_out, bucket = bucket_step(cluster, state.bucket, bucket_rows, None, kafka_version, zk_time, span)
+    bucket_out, bucket = bucket_step(cluster, state.bucket, bucket_rows, None, kafka_version, zk_time, span,
+                                     offline_blip)
     out: dict[str, pa.Table] = {}
-    for name in dict.fromkeys([*stage_out, *bucket_out]):
-        parts = [t for t in (stage_out.get(name), bucket_out.get(name)) if t is not None]
+    for name in dict.fromkeys([*stage_out, *bucket_out, *quorum]):
+        parts = [t for t in (stage_out.get(name), bucket_out.get(name), quorum.get(name)) if t is not None]
         out[name] = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
     return out, KraftState(state.image, bucket, stage)
+
+
+def _two_leaders_in_one_epoch(cluster: str, meta: pa.Table) -> dict[str, pa.Table]:
+    """A SPLIT_BRAIN for each election the log records in an epoch that already had another leader."""
+    rows = [anomaly(cluster, AnomalyKind.SPLIT_BRAIN, [e["event_id"]], e,
+                    {"reason": str(SplitBrainReason.SAME_EPOCH), "leaders": [detail[SAME_EPOCH_LEADER],
+                                                                             e["controller_id"]]})
+            for e in meta.filter(pc.equal(meta["type"], str(MetadataEventType.CONTROLLER_ELECTED))).to_pylist()
+            if SAME_EPOCH_LEADER in (detail := json.loads(e["detail"] or "{}"))]
+    return {ANOMALIES.name: D.anomaly_rows(rows)} if rows else {}
 
 
 def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple[MetadataEvent, str]]:

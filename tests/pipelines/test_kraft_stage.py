@@ -91,3 +91,13 @@ def test_a_snapshot_covers_segments_deleted_unread() -> None:
     final = {(r["topic"], r["partition"]): r for r in out["partition_state"].to_pylist()}
     assert final == {} or all(r["state"] == "NonExistentPartition" for r in final.values())
     assert {a["kind"] for a in out["anomalies"].to_pylist()} >= {AnomalyKind.OFFLINE_PARTITION}
+
+
+def test_two_quorum_leaders_in_one_epoch_are_a_split_brain() -> None:
+    log = kh.routine_cluster()
+    key, value = kh.leader_change(2)
+    log._row(value=value, key=key, control=True, base=log.offset, last=log.offset, seconds=1.0)  # epoch unchanged
+    log.elect(3)  # a new epoch: a normal election
+    found = run(log, [])["anomalies"]
+    assert [(a["kind"], a["zxid"]) for a in found] == [(AnomalyKind.SPLIT_BRAIN, 10)]
+    assert '"leaders": [1, 2]' in str(found[0]["details"])
