@@ -24,10 +24,6 @@ import pytest
 from kafkalab.kraft import KRAFT_4_1, KRaftCluster, dump_metadata_log, metadata_log_options
 from services.jvm import installed_jars
 
-# Markers come from fixtures (tests/conftest.py); conftest has no fixture for a ZooKeeper-free Kafka yet, so
-# the `kafka` marker is set here; `takes_minutes` adds `slow`.
-pytestmark = pytest.mark.kafka
-
 TOPICS: dict[str, dict[str, Any]] = {
     "orders": {"num_partitions": 3, "replication_factor": 3},
     "single": {"num_partitions": 2, "replication_factor": 1},
@@ -48,7 +44,7 @@ class Story:
 
 
 @pytest.fixture(scope="module")
-def story(tmp_path_factory: pytest.TempPathFactory, takes_minutes: None) -> Iterator[Story]:
+def story(tmp_path_factory: pytest.TempPathFactory, starts_kraft: None, takes_minutes: None) -> Iterator[Story]:
     base = tmp_path_factory.mktemp("kraft")
     # small segments and frequent snapshots, so that a one-minute story leaves several of each
     options = metadata_log_options(segment_bytes=16 * 1024, segment_ms=10_000, snapshot_bytes=16 * 1024,

@@ -12,13 +12,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from kafkalab.kraft import KRaftCluster, dump_metadata_log, metadata_log_options
 from lakehouse import Lake
 from tests.collectors.conftest import wait_for
-
-pytestmark = pytest.mark.kafka
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "kraft_records"
@@ -32,7 +28,7 @@ def _collect(lake: Lake, log_dir: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 def test_collect_kraft_follows_a_live_node_and_matches_kafkas_reader(
-    tmp_path: Path, takes_minutes: None
+    tmp_path: Path, starts_kraft: None, takes_minutes: None
 ) -> None:
     lake = Lake(tmp_path / "lake", cluster="kraft")
     options = metadata_log_options(segment_bytes=16 * 1024, segment_ms=5_000, snapshot_bytes=8 * 1024,
