@@ -6,15 +6,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java maven jars browser test test-fast lint demo demo-kafka bench dist clean zk-start zk-status zk-stop
+.PHONY: help venv java maven jars browser prometheus test test-fast lint demo demo-kafka demo-kraft bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
 	@echo "make demo-kafka   a controller failover and a zombie attempt on real Kafka 3.9 brokers"
+	@echo "make demo-kraft   a controller failover (kill -9), an offline partition and an unclean election on real Kafka 4.1 KRaft nodes"
 	@echo "make test   install from nothing, lint, and run the whole test suite"
 	@echo "make test-fast   the tests that need no JVM (no Spark, ZooKeeper, Kafka): the venv only, under 3 minutes"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
-	@echo "make dist   build dist/zkledger.zip (spark-submit --py-files) and dist/jars/ (Delta's connector, --jars)"
+	@echo "make dist   build the wheel dist/zkledger-<version>-py3-none-any.whl, dist/zkledger.zip (spark-submit --py-files) and dist/jars/ (Delta's connector, --jars)"
 	@echo "make jars   install the pinned JVM artifacts (Delta's connector, Kafka brokers) into .jvm/ (Maven, once)"
 	@echo "make zk-start|zk-status|zk-stop   the embedded ZooKeeper (data in \$$LAKE/_zookeeper; ZK_PORT=2181 to pin the port)"
 
@@ -59,6 +60,13 @@ browser:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "error: chromium is required for the report test; install it with: apt-get install -y chromium"; exit 1; }; }
 
+# The ops tests run the shipped alert rules in a real Prometheus server (and promtool), Debian's package.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus for the ops tests"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+	  || { echo "error: prometheus is required for the ops tests; install it with: apt-get install -y prometheus"; exit 1; }; }
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -67,13 +75,13 @@ lint: venv
 # runs) are built once; the 15 slowest tests are listed at the end. TEST_WORKERS=0 runs the suite in the calling
 # process.
 TEST_WORKERS ?= 2
-test: venv java jars browser lint
+test: venv java jars browser prometheus lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 # The tests with none of the JVM markers (set from the fixtures a test uses, tests/conftest.py): no Java, jars
 # or lint. The two report tests still need chromium (`make browser`). Spread test by test (no --dist
 # loadfile): no file here builds an expensive module fixture.
-FAST_MARKERS := not spark and not zookeeper and not kafka and not cluster and not benchmark
+FAST_MARKERS := not spark and not zookeeper and not kafka and not cluster and not prometheus and not benchmark
 test-fast: venv
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --durations=10 -m "$(FAST_MARKERS)" tests
 
@@ -86,14 +94,26 @@ demo-kafka: venv java jars
 	rm -rf $(LAKE)/kafka-demo
 	$(VENV)/bin/zkledger --lake $(LAKE)/kafka-demo kafka-lab run create controller-failover zombie-controller
 
+# The story on a real Kafka 4.1 KRaft cluster (three combined nodes, kafkalab): topics created, kill -9 of the
+# active controller (a new quorum leader), kill -9 of an RF 1 partition's only replica, an unclean election; then
+# the anomalies of each scenario and how zkledger's history compares with what Kafka reported. About 4 minutes.
+demo-kraft: venv java jars
+	rm -rf $(LAKE)/kraft-demo
+	$(VENV)/bin/zkledger --lake $(LAKE)/kraft-demo --cluster kraft-demo kafka-lab kraft create controller-failover offline-partition unclean-election
+
 bench: venv java jars
 	$(VENV)/bin/python -m benchmarks.run_all
 
+# The wheel (`pip install dist/zkledger-<version>-py3-none-any.whl`) is built with the venv's setuptools, no
+# build isolation: offline once setuptools 70.1+ (which builds wheels itself) is in the venv. build/ is removed
+# before and after: setuptools would otherwise ship modules deleted since the last build.
 dist: venv jars
-	rm -rf dist && mkdir -p dist
+	rm -rf dist build && mkdir -p dist
+	$(PY) -c 'import setuptools.command.bdist_wheel' 2>/dev/null || $(PY) -m pip install -q "setuptools>=70.1"
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist . && rm -rf build
 	zip -qr dist/zkledger.zip zkledger services models collectors pipelines engine jobs conf lakehouse simulator kafkalab -x '*__pycache__*'
 	mkdir -p dist/jars && cp .jvm/delta/*.jar dist/jars/
-	@echo "built dist/zkledger.zip and dist/jars/ (Delta's connector: spark-submit --jars \$$(ls dist/jars/*.jar | paste -sd,))"
+	@echo "built $$(ls dist/*.whl) (pip install; JVM artifacts from ZKLEDGER_JVM_DIR), dist/zkledger.zip and dist/jars/ (spark-submit --py-files and --jars \$$(ls dist/jars/*.jar | paste -sd,))"
 
 ZK_PORT ?= 0
 zk-start: venv java

@@ -11,6 +11,7 @@ import logging
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -20,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +74,19 @@ def ratio(a: float, b: float) -> float | None:
 
 
 def write_result(name: str, result: dict[str, Any], out_dir: Path = RESULTS_DIR) -> Path:
-    """benchmarks/results/<name>.json, plus a human summary on stdout."""
+    """benchmarks/results/<name>.json, plus a human summary on stdout.
+
+    Every results file says how its figures were made: ``command`` (this process's command line, unless the
+    benchmark recorded its own), ``machine`` (cores, memory, load average, versions) and ``date`` (UTC, ISO)
+    when it was written, unless the benchmark recorded when it started; the README's table shows all three.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
+    # the module this process runs (`python -m benchmarks.run_all` runs several), not the results file's name
+    module = Path(sys.argv[0]).stem if sys.argv and sys.argv[0].endswith(".py") else name
+    result = {"command": shlex.join(["python", "-m", f"benchmarks.{module}", *sys.argv[1:]]),
+              "date": datetime.now(UTC).isoformat(timespec="seconds"), **result}
+    result.setdefault("machine", machine())
     path.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(f"== {name} ==")
     m = result.get("machine", {})

@@ -29,13 +29,16 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from collectors.bronze import WriterLease
 from collectors.log_parser import MAX_MESSAGE_CHARS, LogParser, ParsedRecord, RejectedLine
 from models import tables
 from models.events import INT32_MAX
 from models.ids import event_id
+
+if TYPE_CHECKING:
+    from services.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +114,10 @@ class TruncatedLogError(RuntimeError):
 class FileTail:
     """One generation (inode) of one log file, read incrementally and committed idempotently."""
 
-    def __init__(self, lake: LakeLike, path: Path, broker_id: int | None, stats: Counter[str]) -> None:
+    def __init__(self, lake: LakeLike, path: Path, broker_id: int | None, stats: Counter[str],
+                 metrics: Metrics | None = None) -> None:
         self.lake, self.path, self.stats = lake, path.resolve(), stats
+        self.metrics = metrics  # services.metrics: told of commits, quarantined lines and lines committed
         self.source_file = str(self.path)
         self.fh: BinaryIO = open(self.path, "rb")  # closed by close()
         self.inode = os.fstat(self.fh.fileno()).st_ino
@@ -225,11 +230,27 @@ class FileTail:
                   for r in self._rejected if self.q_committed < r.line_no <= boundary]
         d_rows = [decision_row(r, cluster, self.source_file, self.inode)
                   for r in self._records if r.line_no <= boundary]
+        metrics = self.metrics
+        # lines are counted as seen once their records are complete (the last record waits for its continuation
+        # lines by design): the commit lag is then the commit's own time
+        position = self.stats["committed_lines"] + boundary - self.committed
+        newest = max((r["ts"] for r in d_rows if r.get("ts") is not None), default=None)
+        if metrics is not None:
+            metrics.seen(SOURCE, position, newest)
         # quarantine first: its own batch_seq filter (above) makes a crash between the two commits harmless
         if q_rows and self.lake.append(QUARANTINE, q_rows, writer_id=self.writer_id, batch_seq=boundary):
             self.stats["quarantined"] += len(q_rows)
+            if metrics is not None:
+                metrics.rows_committed(QUARANTINE, SOURCE, len(q_rows))
+                for row in q_rows:
+                    metrics.quarantined(SOURCE, row["reason"])
         if self.lake.append(DECISIONS, d_rows, writer_id=self.writer_id, batch_seq=boundary):
             self.stats["records"] += len(d_rows)
+            if metrics is not None:
+                metrics.rows_committed(DECISIONS, SOURCE, len(d_rows))
+        self.stats["committed_lines"] = position
+        if metrics is not None:
+            metrics.committed(SOURCE, position, newest)
         self.committed = self.q_committed = boundary
         self._records = [r for r in self._records if r.line_no > boundary]
         self._rejected = [r for r in self._rejected if r.line_no > boundary]
@@ -255,6 +276,7 @@ def collect_logs(
     progress: Callable[[int], None] | None = None,
     stop_event: threading.Event | None = None,
     poll_interval: float = 0.5,
+    metrics: Metrics | None = None,
 ) -> dict[str, Any]:
     """Parse Kafka logs at ``path`` (file or directory) into ``controller_decisions``; returns a summary.
 
@@ -272,8 +294,10 @@ def collect_logs(
             for file in _discover(root, tolerate_missing=follow and not first):
                 key = file.resolve()
                 if key not in tails and not _is_rotated_copy(key, tails, finished):
-                    tails[key] = FileTail(lake, key, broker_id, stats)
+                    tails[key] = FileTail(lake, key, broker_id, stats, metrics)
                     stats["files"] += 1
+            if metrics is not None:
+                metrics.source_connected(root.exists())
             for key, tail in list(tails.items()):
                 tail.pump(final=not follow)
                 if follow and tail.truncated():
@@ -283,12 +307,14 @@ def collect_logs(
                     tail.close()
                     finished.add(tail.inode)
                     retired.append(tail)
-                    tails[key] = FileTail(lake, key, broker_id, stats)
+                    tails[key] = FileTail(lake, key, broker_id, stats, metrics)
                     stats["rotations"] += 1
                     tails[key].pump(final=False)
             first = False
             if progress is not None:
                 progress(stats["lines"])
+            if metrics is not None:  # every complete record is committed
+                metrics.loop_turned(idle=True)
             if not follow or stop.wait(poll_interval):
                 break
         if follow:

@@ -31,13 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from collectors.bronze import BronzeWriter, LakeLike, WriterLease, change_row
+from collectors.bronze import TABLE, BronzeWriter, LakeLike, WriterLease, change_row, dedupe
 from collectors.jute import JuteError, JuteReader
 from models.events import Source, ZnodeChange, ZnodeOp
 from models.ids import event_id
 from models.tables import QUARANTINE
+
+if TYPE_CHECKING:
+    from services.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ SNAP_MAGIC = b"ZKSN"
 END_OF_RECORD = 0x42
 _ENTRY_HEAD = struct.Struct(">qi")  # Adler32 checksum (long), length (int)
 _NONZERO = re.compile(rb"[^\x00]")
+SOURCE = str(Source.TXNLOG)  # the source column of the rows, and the metrics' source label
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable stretch, kept (hex) in its quarantine row
 
 # OpCode values (org.apache.zookeeper.ZooDefs.OpCode)
@@ -605,8 +609,11 @@ class TxnLogCollector:
         poll_seconds: float = 0.5,
         flush_seconds: float = 1.0,
         progress: Callable[[int], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.lake = lake
+        self.metrics = metrics  # services.metrics: told of commits, positions, gaps and quarantined stretches
+        self._pending_time: float | None = None  # ZooKeeper's time of the newest pending txn (Unix seconds)
         self.data_dir = Path(data_dir)
         self.follow = follow
         self.chroot = chroot.rstrip("/")
@@ -665,6 +672,8 @@ class TxnLogCollector:
         the last commit, else at a later poll); returns the rows written."""
         before = self.writer.rows_written
         self.lease.acquire()
+        if self.metrics is not None:
+            self.metrics.source_connected(self.data_dir.is_dir())
         if not self._started:
             self._start()
         files = log_files(self.data_dir)
@@ -676,6 +685,8 @@ class TxnLogCollector:
             self._read_file(path, cur, first, next_first)
         if not self.follow or time.monotonic() - self._last_commit >= self.flush_seconds:
             self._flush()
+        if self.metrics is not None:
+            self.metrics.loop_turned(idle=not self._pending)
         return self.writer.rows_written - before
 
     def _start(self) -> None:
@@ -685,7 +696,10 @@ class TxnLogCollector:
         if snap is not None:
             rows = [self._row(c) for c in self.decoder.seed(snap)]
             if snap.zxid > self._floor and rows:
-                self.writer.write(rows, batch_seq=snap.zxid)
+                if self.writer.write(rows, batch_seq=snap.zxid) and self.metrics is not None:
+                    self.metrics.rows_committed(TABLE, SOURCE, len(dedupe(rows)))
+                if self.metrics is not None:
+                    self.metrics.committed(SOURCE, snap.zxid)
             self._floor = max(self._floor, snap.zxid)
             log.info("txnlog %s: starting from snapshot.%x (%d znodes)", self.data_dir, snap.zxid, len(rows))
         self._started = True
@@ -738,6 +752,9 @@ class TxnLogCollector:
             self._flush()
         self._pending.extend(self._row(c) for c in changes)
         self._pending_zxid = zxid
+        self._pending_time = entry.header.time_ms / 1000
+        if self.metrics is not None:
+            self.metrics.seen(SOURCE, zxid, self._pending_time)
 
     def _lost_tail(self, path: Path, cur: _FileCursor, res: LogReadResult, first: int, next_first: int) -> None:
         """A finished log that could not be read to its end: the transactions between its last readable
@@ -772,9 +789,14 @@ class TxnLogCollector:
         detail = f"{path.name}: {res.reason}; transactions {first_lost:#x}..{last_lost:#x} are lost at most ({where})"
         ref = f"{path.name}:{res.end_offset}"
         source = str(Source.TXNLOG)
-        self.quarantine.write([{"cluster": self.lake.cluster, "source": source, "raw": raw.hex(), "reason": detail,
-                                "observed_at": datetime.now(UTC), "ref": ref,
-                                "event_id": event_id(self.lake.cluster, source, ref, detail)}], batch_seq=first_lost)
+        kept = self.quarantine.write([{"cluster": self.lake.cluster, "source": source, "raw": raw.hex(),
+                                       "reason": detail, "observed_at": datetime.now(UTC), "ref": ref,
+                                       "event_id": event_id(self.lake.cluster, source, ref, detail)}],
+                                     batch_seq=first_lost)
+        if self.metrics is not None and kept:  # not kept: reported by an earlier run
+            self.metrics.rows_committed(QUARANTINE.name, source, 1)
+            self.metrics.quarantined(source, detail)
+            self.metrics.gap(source)
         self._pending.append(self._row(ZnodeChange(zxid=first_lost, path="/", op=ZnodeOp.GAP, detail=detail)))
         self._pending_zxid = first_lost
         self.gaps += 1
@@ -786,7 +808,11 @@ class TxnLogCollector:
     def _flush(self) -> None:
         if not self._pending:
             return
+        before = self.writer.rows_written
         self.writer.write(self._pending, batch_seq=self._pending_zxid)
+        if self.metrics is not None:
+            self.metrics.rows_committed(TABLE, SOURCE, self.writer.rows_written - before)
+            self.metrics.committed(SOURCE, self._pending_zxid, self._pending_time)
         self._last_commit = time.monotonic()
         self._floor = self._pending_zxid
         if self.progress is not None:

@@ -32,10 +32,10 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,13 +44,17 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError, Unimpleme
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
-from collectors.bronze import TABLE, BronzeWriter, LakeLike, WriterLease, change_row
+from collectors.bronze import TABLE, BronzeWriter, LakeLike, WriterLease, change_row, dedupe
 from collectors.zk_batch import BatchReader, MultiReadAnswer, Read
 from models.events import Source, ZnodeChange, ZnodeOp
+
+if TYPE_CHECKING:
+    from services.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 WATCH_SOURCES = (str(Source.WATCH), str(Source.RESYNC))
+WATCH = str(Source.WATCH)  # the metrics' source label of this collector's position, gaps and connection
 SWEEP_WINDOW = 2000  # znodes read ahead during a per-znode snapshot/resync (two requests each)
 READ_BATCH = 1000  # znodes per multiRead during a snapshot/resync (two ops each)
 READ_BATCH_PATH_BYTES = 128 * 1024  # and at most this much path text: the request stays far below jute.maxbuffer
@@ -166,8 +170,10 @@ class ZkWatchCollector:
         timeout: float = 15.0,
         batch_size: int = 500,
         flush_seconds: float = 2.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.lake = lake
+        self.metrics = metrics  # services.metrics: told of commits, positions, gaps and the connection
         self.hosts = hosts + chroot.rstrip("/")
         self.writer = BronzeWriter(lake, f"watch:{self.hosts}")
         self.lease = WriterLease(lake.root, self.writer.writer_id)
@@ -211,6 +217,8 @@ class ZkWatchCollector:
         self.lease.acquire()
         try:
             self.client.start()
+            if self.metrics is not None:
+                self.metrics.source_connected(True)
             if self.batched is None:
                 # before the state listener: an old server answers by dropping the connection, which is no gap
                 self.batched = self.batch.multi_read_supported()
@@ -299,6 +307,8 @@ class ZkWatchCollector:
             handled = True
         if len(self._pending) >= self.batch_size or time.monotonic() - self._last_flush >= self.flush_seconds:
             self._flush()
+        if self.metrics is not None:
+            self.metrics.loop_turned(idle=not self._pending and not self._need_resync)
         return handled
 
     # ------------------------------------------------------------------ callbacks (never block)
@@ -337,6 +347,8 @@ class ZkWatchCollector:
             self._need_resync = True
 
     def _handle_state(self, state: str) -> None:
+        if self.metrics is not None:
+            self._count_state(state, self.metrics)
         if state in (KazooState.SUSPENDED, KazooState.LOST):
             if not self._in_gap:
                 self._gap(f"connection {state.lower()}" + ("; session expired or closed" if state == KazooState.LOST else ""))
@@ -347,9 +359,18 @@ class ZkWatchCollector:
             self._need_resync = True
             self._resync_due = 0.0
 
+    def _count_state(self, state: str, metrics: Metrics) -> None:
+        metrics.source_connected(state == KazooState.CONNECTED)
+        if state == KazooState.LOST:
+            metrics.session_expired(WATCH)
+        elif state == KazooState.CONNECTED and self._in_gap:
+            metrics.reconnected(WATCH)
+
     def _gap(self, reason: str, path: str = "/", zxid: int | None = None, *, flush: bool = True) -> None:
         at = self.max_zxid if zxid is None else zxid
         self.gaps += 1
+        if self.metrics is not None:
+            self.metrics.gap(WATCH)
         self._emit(ZnodeChange(zxid=at, path=path, op=ZnodeOp.GAP, detail=reason), Source.WATCH)
         log.warning("collection gap at zxid %d (%s): %s", at, path, reason)
         if flush:
@@ -782,6 +803,8 @@ class ZkWatchCollector:
 
     def _emit(self, change: ZnodeChange, source: Source, missed: int | None = None) -> None:
         self.max_zxid = max(self.max_zxid, change.zxid)
+        if self.metrics is not None:
+            self.metrics.seen(WATCH, self.max_zxid)
         self._pending.append(change_row(change, cluster=self.lake.cluster, source=source, missed_versions=missed))
         if len(self._pending) >= (RESYNC_BATCH_ROWS if self._sweeping else self.batch_size):
             self._flush()
@@ -790,7 +813,12 @@ class ZkWatchCollector:
         self._last_flush = time.monotonic()
         if not self._pending:
             return
-        self.writer.write(self._pending)
+        written = self.writer.write(self._pending)
+        if self.metrics is not None:
+            if written:  # else a batch already in the lake (a replay): nothing new
+                for source, n in Counter(str(r["source"]) for r in dedupe(self._pending)).items():
+                    self.metrics.rows_committed(TABLE, source, n)
+            self.metrics.committed(WATCH, self.max_zxid)
         self._pending = []
 
     def _load_view(self) -> None:

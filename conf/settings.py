@@ -77,6 +77,7 @@ class StreamingSettings:
 @dataclass(frozen=True)
 class PipelineSettings:
     buckets: int
+    offline_blip_ms: int
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,14 @@ class MonitorSettings:
     webhook: str
     quality_each_batch: bool
     maintain_every_hours: float
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    port: int
+    host: str
+    stale_seconds: float
+    ready_seconds: float
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,7 @@ class Settings:
     pipeline: PipelineSettings
     collect: CollectSettings
     monitor: MonitorSettings
+    metrics: MetricsSettings
     demo: DemoSettings
 
 
@@ -132,11 +142,16 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "streaming.trigger_seconds": (lambda v: v > 0, "a positive number"),
     "streaming.max_files_per_trigger": (lambda v: v > 0, "a positive integer"),
     "pipeline.buckets": (lambda v: v > 0, "a positive integer"),
+    "pipeline.offline_blip_ms": (lambda v: v >= 0, "a non-negative number of milliseconds"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
     "collect.poll_seconds": (lambda v: v > 0, "a positive number"),
     "monitor.webhook": (lambda v: v == "" or v.startswith(("http://", "https://")), "empty or an http(s) URL"),
     "monitor.maintain_every_hours": (lambda v: v >= 0, "a non-negative number (0 = off)"),
+    "metrics.port": (lambda v: 0 <= v <= 65535, "a port number (0 = off)"),
+    "metrics.host": (lambda v: v != "" and "/" not in v, "a host name or address to listen on"),
+    "metrics.stale_seconds": (lambda v: v > 0, "a positive number"),
+    "metrics.ready_seconds": (lambda v: v > 0, "a positive number"),
     "demo.zk_port": (lambda v: 0 <= v <= 65535, "a port number (0 = any free port)"),
     "demo.seed": (lambda v: v >= 0, "a non-negative integer"),
 })

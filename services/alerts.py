@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime
 from typing import Any, TextIO
 
-from models.anomalies import describe
+from models.anomalies import describe, describe_group, group_findings
 from services.sanitize import remember_url, terminal_safe, url_for_log
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class WebhookSender:
         backoff_s: float = 0.5,
         timeout_s: float = 5.0,
         post: Callable[[str, bytes, float], int] | None = None,
+        on_result: Callable[[bool], None] | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"webhook URL must start with http:// or https://, got {url!r}")
@@ -76,6 +77,7 @@ class WebhookSender:
         self.failed = 0
         self.dropped = 0
         self._post = post or _http_post
+        self._on_result = on_result  # told of each body: delivered (True) or given up on (False)
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="zkledger-webhook", daemon=True)
         self._thread.start()
@@ -115,6 +117,8 @@ class WebhookSender:
                 status = self._post(self.url, body, self.timeout_s)
                 if 200 <= status < 300:
                     self.sent += 1
+                    if self._on_result is not None:
+                        self._on_result(True)
                     return
                 if not _worth_retrying(status):
                     log.warning("webhook %s answered %s: not retried%s", self.where, status,
@@ -127,6 +131,8 @@ class WebhookSender:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
         self.failed += 1
+        if self._on_result is not None:
+            self._on_result(False)
 
 
 def _worth_retrying(status: int) -> bool:
@@ -167,20 +173,23 @@ def _http_post(url: str, body: bytes, timeout_s: float) -> int:
 class AnomalyAlerter:
     """What the monitor calls after each committed micro-batch with that batch's new anomalies."""
 
-    def __init__(self, webhook_url: str | None = None, out: TextIO | None = None) -> None:
+    def __init__(self, webhook_url: str | None = None, out: TextIO | None = None,
+                 on_delivery: Callable[[bool], None] | None = None) -> None:
         self.out = out or sys.stdout
-        self.webhook = WebhookSender(webhook_url) if webhook_url else None
+        self.webhook = WebhookSender(webhook_url, on_result=on_delivery) if webhook_url else None
         self.count = 0
 
     def publish(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        n = 0
-        for row in rows:
-            print(terminal_safe(describe(row)), file=self.out, flush=True)
-            if self.webhook is not None:
+        """A batch's new anomalies: like findings grouped on the terminal, one line per group (an episode that
+        started and ended within the batch as its end); every row to the webhook on its own."""
+        rows = list(rows)
+        for group in group_findings(rows):
+            print(terminal_safe(describe_group(group)), file=self.out, flush=True)
+        if self.webhook is not None:
+            for row in rows:
                 self.webhook.submit(anomaly_json(row))
-            n += 1
-        self.count += n
-        return n
+        self.count += len(rows)
+        return len(rows)
 
     def close(self) -> None:
         if self.webhook is not None:

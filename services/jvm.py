@@ -30,6 +30,6 @@ def installed_jars(name: str) -> list[Path]:
     folder = jvm_dir() / name
     jars = sorted(folder.glob("*.jar")) if (folder / ".installed").is_file() else []
     if not jars:
-        raise UserError(f"the JVM artifacts '{name}' are not installed in {folder}: run `make jars` "
-                        f"(or jvm/install.sh {name}) once, with Maven Central reachable")
+        raise UserError(f"the JVM artifacts '{name}' are not installed in {folder}: run `make jars` in a checkout "
+                        f"(Maven Central reachable once), or point {JVM_HOME_ENV} at a folder holding them")
     return jars

@@ -8,9 +8,14 @@ Two entry points:
 * :func:`run_quality_on_batch` validates DataFrames you already hold (the monitor's ``foreachBatch``);
   it writes nothing.
 
-GX chain: ephemeral context -> Spark data source (persist=False, so batches are not
-cached forever) -> dataframe asset -> whole-dataframe batch definition -> suite -> ValidationDefinition
--> Checkpoint -> ``run(batch_parameters={"dataframe": df})``. Every expectation costs Spark jobs, so each
+GX chain: context -> pandas (or Spark) data source -> dataframe asset -> whole-dataframe batch definition ->
+suite -> ValidationDefinition -> Checkpoint -> ``run(batch_parameters={"dataframe": df})``; with a docs root the
+data docs are built once at the end of the run (building them per table cost about a second each).
+
+:func:`run_quality` reads a table of up to ``PANDAS_MAX_ROWS`` rows with delta-rs (no JVM) and validates it
+with GX's pandas engine: the derived columns are computed on the Arrow table and the column types are read from
+the Delta schema, as Spark would see them. Only larger tables go through Spark, whose session is then built
+(``spark`` may be a session or a function returning one). Every Spark expectation costs Spark jobs, so each such
 table's DataFrame is cached once for all of its expectations.
 """
 
@@ -21,7 +26,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -40,6 +45,8 @@ from models.tables import ALL_TABLES, METADATA_EVENTS, PARTITION_TRANSITIONS, QU
 from services.errors import UserError
 
 if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
     from great_expectations.expectations import Expectation as GxExpectation
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -58,6 +65,13 @@ SPARK_TYPE_NAMES: dict[str, str] = {
     "binary": "BinaryType",
     "array<int>": "ArrayType",
     "array<string>": "ArrayType",
+}
+# Delta schema type names -> the Spark type class Spark's Delta reader gives them (what a Spark read's schema shows)
+DELTA_TYPE_NAMES: dict[str, str] = {
+    "string": "StringType", "long": "LongType", "integer": "IntegerType", "short": "ShortType", "byte": "ByteType",
+    "float": "FloatType", "double": "DoubleType", "boolean": "BooleanType", "binary": "BinaryType",
+    "date": "DateType", "timestamp": "TimestampType", "timestamp_ntz": "TimestampNTZType", "array": "ArrayType",
+    "map": "MapType", "struct": "StructType",
 }
 QUALITY_DIR = "_quality"
 # Up to this many rows a table is validated by GX's pandas engine (one toPandas, then milliseconds per
@@ -140,19 +154,25 @@ def _pairs_column(from_col: Column, to_col: Column, pairs: Iterable[tuple[str, s
     return cond
 
 
-def _legal_flag_consistent(df: DataFrame, table: str, kafka_version: str | None) -> DataFrame:
-    """legal must equal Kafka's table; without a version, pairs whose legality changed in 2.3 accept both. A
-    failover re-seed is no transition Kafka validates (the new controller re-initialises): always legal."""
-    from pyspark.sql import functions as F
-
+def _legal_sets(table: str, kafka_version: str | None) -> tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]]]:
+    """(pairs that must be flagged legal, pairs that may be): without a version, pairs whose legality changed in
+    2.3 accept both."""
     if table == PARTITION_TRANSITIONS.name:
         always = legal_pairs(partition_valid_previous(kafka_version) if kafka_version else PARTITION_VALID_PREVIOUS)
-        sometimes: frozenset[tuple[str, str]] = always
-    elif kafka_version:
-        always = sometimes = legal_pairs(replica_valid_previous(kafka_version))
-    else:
-        before, after = legal_pairs(REPLICA_VALID_PREVIOUS_BEFORE_2_3), legal_pairs(REPLICA_VALID_PREVIOUS_FROM_2_3)
-        always, sometimes = before & after, before | after
+        return always, always
+    if kafka_version:
+        pairs = legal_pairs(replica_valid_previous(kafka_version))
+        return pairs, pairs
+    before, after = legal_pairs(REPLICA_VALID_PREVIOUS_BEFORE_2_3), legal_pairs(REPLICA_VALID_PREVIOUS_FROM_2_3)
+    return before & after, before | after
+
+
+def _legal_flag_consistent(df: DataFrame, table: str, kafka_version: str | None) -> DataFrame:
+    """legal must equal Kafka's table (see `_legal_sets`). A failover re-seed is no transition Kafka validates
+    (the new controller re-initialises): always legal."""
+    from pyspark.sql import functions as F
+
+    always, sometimes = _legal_sets(table, kafka_version)
     fr, to, legal = F.col("from_state"), F.col("to_state"), F.col("legal")
     must_be_legal = _pairs_column(fr, to, always)
     may_be_legal = _pairs_column(fr, to, sometimes)
@@ -210,6 +230,90 @@ def add_derived(
     return df, suite
 
 
+# ---------------------------------------------------------------------------------------------- the same, on Arrow
+_SEP = "\x1f"  # joins key parts into one string: no state, topic or cluster name holds it
+
+
+def _pair_keys(pairs: Iterable[tuple[str, str]]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(sorted(a + _SEP + b for a, b in pairs), pa.string())
+
+
+def _arrow_legal_flag_consistent(data: pa.Table, table: str, kafka_version: str | None) -> pa.Array:
+    """`_legal_flag_consistent` on an Arrow table (a null anywhere reads as not consistent, as there)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    always, sometimes = _legal_sets(table, kafka_version)
+    pair = pc.binary_join_element_wise(data["from_state"], data["to_state"], _SEP)
+    must, may = pc.is_in(pair, _pair_keys(always)), pc.is_in(pair, _pair_keys(sometimes))
+    legal = data["legal"]
+    reseed = pc.fill_null(pc.equal(data["cause"], str(Cause.FAILOVER_RESEED)), False)
+    ok = pc.if_else(reseed, legal, pc.if_else(must, legal, pc.if_else(may, pa.scalar(True), pc.invert(legal))))
+    return pc.fill_null(ok, False)
+
+
+def _partition_keys(cluster: pa.ChunkedArray, topic: pa.ChunkedArray, partition: pa.ChunkedArray) -> pa.ChunkedArray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(cluster, topic, pc.cast(partition, pa.string()), _SEP)
+
+
+def _arrow_partition_known(data: pa.Table, meta: pa.Table) -> pa.Array:
+    """`_partition_known` on Arrow: (cluster, topic, partition) among metadata_events' (null never matches)."""
+    import pyarrow.compute as pc
+
+    known = pc.unique(pc.drop_null(_partition_keys(meta["cluster"], meta["topic"], meta["partition"])))
+    return pc.fill_null(pc.is_in(_partition_keys(data["cluster"], data["topic"], data["partition"]), known), False)
+
+
+def _arrow_tenure_ordered(data: pa.Table) -> pa.Array:
+    import pyarrow.compute as pc
+
+    start, end = data["start_zxid"], data["end_zxid"]
+    return pc.fill_null(pc.or_kleene(pc.or_kleene(pc.is_null(end), pc.is_null(start)),
+                                     pc.greater_equal(end, start)), False)
+
+
+def add_derived_arrow(
+    data: pa.Table,
+    suite: mq.Suite,
+    metadata_keys: Callable[[], pa.Table | None],
+    kafka_version: str | None = None,
+) -> tuple[pa.Table, mq.Suite]:
+    """`add_derived` on an Arrow table. ``metadata_keys`` returns metadata_events' cluster, topic and partition
+    columns, or None when there is no such table (the cross-table check is then left out, as there)."""
+    skipped: set[str] = set()
+    for d in suite.derived:
+        if d is mq.Derived.LEGAL_FLAG_CONSISTENT:
+            data = data.append_column(d.value, _arrow_legal_flag_consistent(data, suite.table, kafka_version))
+        elif d is mq.Derived.PARTITION_KNOWN:
+            meta = metadata_keys()
+            if meta is None:
+                log.info("%s: no metadata_events at hand, %s not checked", suite.table, d.value)
+                skipped.add(d.value)
+                continue
+            data = data.append_column(d.value, _arrow_partition_known(data, meta))
+        elif d is mq.Derived.TENURE_ORDERED:
+            data = data.append_column(d.value, _arrow_tenure_ordered(data))
+    if skipped:
+        kept = tuple(e for e in suite.expectations if e.column not in skipped)
+        suite = mq.Suite(suite.table, kept, tuple(d for d in suite.derived if d.value not in skipped))
+    return data, suite
+
+
+def delta_type_names(lake: Lake, table: str, version: int | None) -> dict[str, str]:
+    """Each column's Spark type name as Spark's Delta reader gives it: the stored Delta schema's, and the spec's
+    for a column the files do not have yet (`lakehouse.spark_io.read_table` reads it as a typed null)."""
+    stored: dict[str, str] = {}
+    for f in lake.snapshot(table, version=version).schema().fields:
+        kind = str(getattr(f.type, "type", ""))
+        stored[f.name] = "DecimalType" if kind.startswith("decimal") else DELTA_TYPE_NAMES.get(kind, kind)
+    return {c.name: stored.get(c.name) or SPARK_TYPE_NAMES.get(c.type, c.type) for c in ALL_TABLES[table].columns}
+
+
 # ---------------------------------------------------------------------------------------------- GX glue
 def _gx_expectation(e: mq.Expectation) -> GxExpectation:
     import great_expectations.expectations as gxe
@@ -250,14 +354,15 @@ class _Validator:
         self.docs = docs_root is not None
         self.context = (gx.get_context(mode="file", project_root_dir=docs_root) if docs_root
                         else gx.get_context(mode="ephemeral"))
-        self._run = uuid.uuid4().hex[:8]  # names persist in a file context: keep them unique per run
+        self._run_id = uuid.uuid4().hex[:8]  # names persist in a file context: keep them unique per run
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
         if self.docs:
             self._forget_earlier_runs()
         # add_or_update: a file context keeps the data sources of the run before (a second `check`)
-        self.source = self.context.data_sources.add_or_update_spark(name=_SPARK_SOURCE, persist=False)
+        self._spark_source: Any = None  # added on first use: GX's test of it starts a SparkSession
         self.pandas_source = self.context.data_sources.add_or_update_pandas(name=_PANDAS_SOURCE)
         self._n = 0
+        self._docs_resources: list[Any] = []  # the validation results and suites build_docs() renders
 
     def _forget_earlier_runs(self) -> None:
         """Drop the checkpoints, validation definitions, suites and data sources an earlier run left in the
@@ -281,49 +386,63 @@ class _Validator:
                 log.debug("no data source %s to delete", name, exc_info=True)
 
     def validate(self, suite: mq.Suite, df: DataFrame, table_version: int | None = None) -> SuiteResult:
+        """Validate a (cached) Spark DataFrame: as pandas when small, else with GX's Spark engine."""
+        rows = df.count()  # cached: cheap
+        if rows <= PANDAS_MAX_ROWS:
+            types = {f.name: type(f.dataType).__name__ for f in df.schema.fields}
+            return self.validate_pandas(suite, df.toPandas(), types, table_version)
+        if self._spark_source is None:
+            self._spark_source = self.context.data_sources.add_or_update_spark(name=_SPARK_SOURCE, persist=False)
+        return self._run(suite, df, self._spark_source, list(suite.expectations), [], rows, table_version)
+
+    def validate_pandas(self, suite: mq.Suite, frame: pd.DataFrame, types: Mapping[str, str],
+                        table_version: int | None = None) -> SuiteResult:
+        """Validate a pandas DataFrame; pandas has no Spark types, so the column types are checked on ``types``
+        (each column's Spark type class name)."""
+        checked: list[ExpectationResult] = []
+        for e in suite.expectations:
+            if e.check is mq.Check.COLUMN_TYPE:
+                want = SPARK_TYPE_NAMES[e.type_name or ""]
+                got = types.get(e.column or "")
+                checked.append(ExpectationResult(suite.table, e.name, e.column, got == want, json.dumps(got)))
+        gx_checks = [e for e in suite.expectations if e.check is not mq.Check.COLUMN_TYPE]
+        return self._run(suite, frame, self.pandas_source, gx_checks, checked, len(frame), table_version)
+
+    def _run(self, suite: mq.Suite, batch: Any, source: Any, gx_checks: list[mq.Expectation],
+             results: list[ExpectationResult], rows: int, table_version: int | None) -> SuiteResult:
+        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
         gx = self._gx
         self._n += 1
-        name = f"{suite.table}_{self._run}_{self._n}"
-        rows = df.count()  # cached: cheap
-        small = rows <= PANDAS_MAX_ROWS
-        results: list[ExpectationResult] = []
-        gx_checks = list(suite.expectations)
-        batch: Any = df
-        if small:
-            # pandas has no Spark types: the column types are checked on the Spark schema itself
-            types = {f.name: type(f.dataType).__name__ for f in df.schema.fields}
-            gx_checks = [e for e in suite.expectations if e.check is not mq.Check.COLUMN_TYPE]
-            for e in suite.expectations:
-                if e.check is mq.Check.COLUMN_TYPE:
-                    want = SPARK_TYPE_NAMES[e.type_name or ""]
-                    got = types.get(e.column or "")
-                    results.append(ExpectationResult(suite.table, e.name, e.column, got == want, json.dumps(got)))
-            batch = df.toPandas()
-        source = self.pandas_source if small else self.source
+        name = f"{suite.table}_{self._run_id}_{self._n}"
         asset = source.add_dataframe_asset(name)
         batch_def = asset.add_batch_definition_whole_dataframe(name)
-        gx_suite = self.context.suites.add(gx.ExpectationSuite(name=f"{suite.name}_{self._run}_{self._n}"))
-        by_name: dict[str, mq.Expectation] = {}
-        for e in gx_checks:
-            gx_suite.add_expectation(_gx_expectation(e))
-            by_name[e.name] = e
+        by_name = {e.name: e for e in gx_checks}
+        # the suite is stored once with all its expectations (suite.add_expectation saves it each time)
+        gx_suite = self.context.suites.add(gx.ExpectationSuite(name=f"{suite.name}_{self._run_id}_{self._n}",
+                                                               expectations=[_gx_expectation(e) for e in gx_checks]))
         vd = self.context.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch_def, suite=gx_suite))
+        # no UpdateDataDocsAction here: the results are stored by the run, the docs built once by build_docs()
         checkpoint = self.context.checkpoints.add(
-            gx.Checkpoint(name=name, validation_definitions=[vd], result_format={"result_format": "BASIC"},
-                          actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")] if self.docs else [])
-        )
+            gx.Checkpoint(name=name, validation_definitions=[vd], result_format={"result_format": "BASIC"}))
         run = checkpoint.run(batch_parameters={"dataframe": batch})
-        for vr in run.run_results.values():
+        for key, vr in run.run_results.items():
+            self._docs_resources.append(key)
+            self._docs_resources.append(ExpectationSuiteIdentifier(name=vr.suite_name))
             for r in vr.results:
                 config = r.expectation_config
-                key = str(((config.meta if config else None) or {}).get("zkledger"))
-                e = by_name[key]
+                e = by_name[str(((config.meta if config else None) or {}).get("zkledger"))]
                 results.append(
                     ExpectationResult(suite.table, e.name, e.column, bool(r.success), _observed(r.result, r.exception_info))
                 )
         order = {e.name: i for i, e in enumerate(suite.expectations)}
         results.sort(key=lambda x: order[x.expectation])
         return SuiteResult(suite.table, tuple(results), rows, table_version)
+
+    def build_docs(self) -> None:
+        """GX data docs of this run's validations (with a docs root): one site build for the whole run."""
+        if self.docs and self._docs_resources:
+            self.context.build_data_docs(resource_identifiers=self._docs_resources, build_index=True)
 
 
 def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> str:
@@ -366,30 +485,40 @@ def run_quality_on_batch(
     reference = dict(df_by_table) if reference is None else {**df_by_table, **reference}
     run_at = datetime.now(UTC)
     validator = _Validator(docs_root)
+    suites = _validate_frames(validator, df_by_table, reference, kafka_version, table_versions or {})
+    validator.build_docs()
+    return QualityReport(uuid.uuid4().hex[:16], run_at, tuple(suites))
+
+
+def _validate_frames(validator: _Validator, df_by_table: Mapping[str, DataFrame], reference: Mapping[str, DataFrame],
+                     kafka_version: str | None, table_versions: Mapping[str, int | None]) -> list[SuiteResult]:
     suites = []
     for table, df in df_by_table.items():
         derived_df, suite = add_derived(df, mq.SUITES[table], reference, kafka_version)
         cached = derived_df.cache()
         try:
-            result = validator.validate(suite, cached, (table_versions or {}).get(table))
+            result = validator.validate(suite, cached, table_versions.get(table))
         finally:
             cached.unpersist()
         log.info("%s", result.line())
         suites.append(result)
-    return QualityReport(uuid.uuid4().hex[:16], run_at, tuple(suites))
+    return suites
 
 
 def run_quality(
-    spark: SparkSession,
+    spark: SparkSession | Callable[[], SparkSession] | None,
     lake: Lake,
     *,
     tables: Iterable[str] | None = None,
     kafka_version: str | None = None,
     write_results: bool = True,
+    pandas_max_rows: int = PANDAS_MAX_ROWS,
 ) -> QualityReport:
-    """Validate the current snapshot of each table (all of models.tables by default) in the lake."""
-    from lakehouse.spark_io import read_table
+    """Validate the current snapshot of each table (all of models.tables by default) in the lake.
 
+    A table of up to ``pandas_max_rows`` rows is read with delta-rs and validated by GX's pandas engine, with no
+    JVM; a larger one through Spark: ``spark`` is the session, or a function that builds it (called only then).
+    """
     wanted = list(tables) if tables is not None else list(ALL_TABLES)
     bad = [t for t in wanted if t not in mq.SUITES]
     if bad:
@@ -397,18 +526,52 @@ def run_quality(
     present = [t for t in wanted if lake.exists(t)]
     skipped = tuple(t for t in wanted if t not in present)
     versions = {t: lake.version(t) for t in present}
-    frames = {t: read_table(spark, lake, t, version=versions[t]) for t in present}
-    reference = dict(frames)
-    if METADATA_EVENTS.name not in reference and lake.exists(METADATA_EVENTS.name):
-        reference[METADATA_EVENTS.name] = read_table(spark, lake, METADATA_EVENTS.name)
+    large = [t for t in present if lake.row_count(t, versions[t]) > pandas_max_rows]
     docs_root = os.path.join(str(lake.root), QUALITY_DIR, "gx") if write_results else None
-    report = run_quality_on_batch(spark, frames, reference=reference, kafka_version=kafka_version, docs_root=docs_root,
-                                  table_versions=versions)
-    report = QualityReport(report.run_id, report.run_at, report.suites, skipped)
+    run_at = datetime.now(UTC)
+    validator = _Validator(docs_root)
+    by_table: dict[str, SuiteResult] = {}
+    meta: list[pa.Table | None] = []  # metadata_events' keys, read once when a suite first needs them
+
+    def metadata_keys() -> pa.Table | None:
+        if not meta:
+            exists = lake.exists(METADATA_EVENTS.name)
+            meta.append(lake.scan(METADATA_EVENTS.name, columns=["cluster", "topic", "partition"],
+                                  version=versions.get(METADATA_EVENTS.name)) if exists else None)
+        return meta[0]
+
+    for table in (t for t in present if t not in large):
+        data, suite = add_derived_arrow(lake.read_arrow(table, version=versions[table]), mq.SUITES[table],
+                                        metadata_keys, kafka_version)
+        result = validator.validate_pandas(suite, data.to_pandas(), delta_type_names(lake, table, versions[table]),
+                                           versions[table])
+        log.info("%s", result.line())
+        by_table[table] = result
+    if large:
+        if spark is None:
+            raise UserError(f"{', '.join(large)}: more than {pandas_max_rows:,} rows, which only Spark validates")
+        by_table.update((r.table, r) for r in _validate_large(spark, lake, large, versions, validator, kafka_version))
+    validator.build_docs()
+    report = QualityReport(uuid.uuid4().hex[:16], run_at, tuple(by_table[t] for t in present), skipped)
     if write_results:
         store_results(lake, report)
         write_results_html(lake, report)
     return report
+
+
+def _validate_large(spark: SparkSession | Callable[[], SparkSession], lake: Lake, large: list[str],
+                    versions: Mapping[str, int | None], validator: _Validator,
+                    kafka_version: str | None) -> list[SuiteResult]:
+    """The tables too large for pandas, read and validated with Spark."""
+    from lakehouse.spark_io import read_table
+
+    session = spark() if callable(spark) else spark
+    frames = {t: read_table(session, lake, t, version=versions[t]) for t in large}
+    reference = dict(frames)
+    if METADATA_EVENTS.name not in reference and lake.exists(METADATA_EVENTS.name):
+        reference[METADATA_EVENTS.name] = read_table(session, lake, METADATA_EVENTS.name,
+                                                     version=versions.get(METADATA_EVENTS.name))
+    return _validate_frames(validator, frames, reference, kafka_version, versions)
 
 
 def result_rows(report: QualityReport) -> list[dict[str, Any]]:

@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,15 +38,25 @@ DELTA_FEATURE_DEFAULTS = {
 }
 
 # Spark's default log4j2 profile prints a banner and INFO startup lines before setLogLevel can run; a config of
-# our own keeps the console at WARN from the first line and mutes known-harmless warnings.
+# our own keeps the console at WARN from the first line and mutes known-harmless warnings. With a log file
+# (`spark_logs_to_file`: the CLI without -v) the lines go to that file instead of the terminal.
+_LOG4J2_CONSOLE = """\
+appender.console.type = Console
+appender.console.name = out
+appender.console.target = SYSTEM_ERR
+"""
+_LOG4J2_FILE = """\
+appender.file.type = File
+appender.file.name = out
+appender.file.fileName = {file}
+appender.file.append = true
+"""
 _LOG4J2 = """\
 rootLogger.level = {level}
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+rootLogger.appenderRef.out.ref = out
+{appender}\
+appender.{kind}.layout.type = PatternLayout
+appender.{kind}.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = error
 logger.utils.name = org.apache.spark.util.Utils
@@ -58,6 +70,24 @@ logger.parquet.level = error
 logger.zookeeper.name = org.apache.zookeeper
 logger.zookeeper.level = error
 """
+
+SPARK_LOG = Path("_logs") / "spark.log"
+"""Where, under the lake, a command's Spark logs go (`spark_logs_to_file`)."""
+
+_logs_to_file = False
+
+
+def spark_logs_to_file(enabled: bool) -> None:
+    """Send the Spark sessions built from now on to log into ``<lake>/_logs/spark.log`` (the CLI, without -v)
+    rather than the terminal: the JVM's log4j2 lines, and whatever the JVM and its Python workers write to
+    stderr. Off by default: tests, benchmarks and notebooks keep Spark's warnings on stderr."""
+    global _logs_to_file
+    _logs_to_file = enabled
+
+
+def spark_log_file(settings: Settings) -> Path | None:
+    """The file a session built now logs into, None for the terminal."""
+    return Path(settings.lake.root) / SPARK_LOG if _logs_to_file else None
 
 
 def build_spark(settings: Settings, app_name: str | None = None) -> SparkSession:
@@ -76,7 +106,9 @@ def build_spark(settings: Settings, app_name: str | None = None) -> SparkSession
     builder = SparkSession.builder.master(master).appName(app_name or settings.spark.app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    log_file = spark_log_file(settings)
+    with _stderr_into(log_file if log_file and not _jvm_running() else None):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level.upper())
     _require_delta(spark)
     log.debug("spark session %s on %s", spark.sparkContext.applicationId, master)
@@ -120,9 +152,14 @@ def submitted_master() -> str | None:
 
 def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
     """The Spark conf `build_spark` applies; `settings.spark.extra` wins over the defaults."""
-    log4j = _log4j2_file(settings.spark.log_level.upper())
+    level = settings.spark.log_level.upper()
+    log_file = spark_log_file(settings)
     # System.gc() (Spark's periodic GC below) starts a concurrent G1 cycle rather than a full pause
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:+ExplicitGCInvokesConcurrent"
+    jvm_opts = "-Duser.timezone=UTC -XX:+ExplicitGCInvokesConcurrent"
+    java_opts = f"-Dlog4j2.configurationFile=file:{_log4j2_file(level, log_file)} {jvm_opts}"
+    # executors on other hosts keep logging to their stderr (their worker's log): the lake's path is the driver's
+    local = (master or settings.spark.master).startswith("local")
+    executor_opts = java_opts if local else f"-Dlog4j2.configurationFile=file:{_log4j2_file(level, None)} {jvm_opts}"
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
@@ -131,6 +168,7 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(settings.spark.shuffle_partitions),
         "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.metricsEnabled": "true",  # each query's progress in Spark's metrics system (sinks)
         # each micro-batch uploads the changed keys only, not a snapshot of the whole store
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
@@ -149,7 +187,7 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         # Only a concurrent GC cycle unloads them, and a driver with a quiet heap may never start one.
         "spark.cleaner.periodicGC.interval": "5min",
         "spark.driver.extraJavaOptions": java_opts,
-        "spark.executor.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": executor_opts,
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
@@ -175,9 +213,41 @@ def _set_worker_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def _log4j2_file(level: str) -> Path:
-    """Write the log4j2 config once per content into the temp dir and return its path."""
-    text = _LOG4J2.format(level=level.lower())
+@contextmanager
+def _stderr_into(log_file: Path | None) -> Iterator[None]:
+    """With a file: this process's stderr (fd 2) is that file while inside, so the JVM launched here, and the
+    Python workers it starts later, inherit it as their stderr (JVM warnings, the workers' prints)."""
+    if log_file is None:
+        yield
+        return
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
+
+
+def _jvm_running() -> bool:
+    """A JVM is already up (a session built before, spark-submit's): its stderr is settled."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _log4j2_file(level: str, log_file: Path | None = None) -> Path:
+    """Write the log4j2 config (console, or ``log_file``) once per content into the temp dir; return its path."""
+    if log_file is None:
+        appender, kind = _LOG4J2_CONSOLE, "console"
+    else:
+        appender, kind = _LOG4J2_FILE.format(file=log_file.resolve()), "file"
+    text = _LOG4J2.format(level=level.lower(), appender=appender, kind=kind)
     digest = hashlib.sha1(text.encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"zkledger-log4j2-{digest}.properties"
     if not path.exists():

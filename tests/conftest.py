@@ -110,6 +110,11 @@ def starts_kafka() -> None:
 
 
 @pytest.fixture(scope="session")
+def starts_kraft() -> None:
+    """The test (or a fixture it needs) starts Kafka 4.x KRaft nodes (no ZooKeeper)."""
+
+
+@pytest.fixture(scope="session")
 def starts_spark_cluster() -> None:
     """The test starts a Spark standalone master and workers."""
 
@@ -119,6 +124,11 @@ def takes_minutes() -> None:
     """The test (or a fixture it needs the first time) takes minutes."""
 
 
+@pytest.fixture(scope="session")
+def runs_prometheus() -> None:
+    """The test runs Debian's Prometheus server or promtool (`make prometheus` installs them)."""
+
+
 # fixture -> the markers every test that needs it gets
 FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
@@ -126,8 +136,10 @@ FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
     "zk_server": ("zookeeper",),
     "starts_zookeeper": ("zookeeper",),
     "starts_kafka": ("kafka", "zookeeper"),  # ZooKeeper-mode brokers
+    "starts_kraft": ("kafka",),  # KRaft-mode nodes
     "starts_spark_cluster": ("cluster", "spark"),
     "takes_minutes": ("slow",),
+    "runs_prometheus": ("prometheus",),
 }
 
 

@@ -21,6 +21,7 @@ from typing import NoReturn
 from conf.settings import SettingsError, load_settings
 from services.errors import UserError, lake_problem, path_problem
 from services.sanitize import RedactingFilter, remember_credential, terminal_safe
+from services.spark_session import spark_logs_to_file
 from zkledger.commands import register_all
 from zkledger.context import Context
 
@@ -51,9 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
         "history into Delta tables, rebuild the state machines with Spark, and report anomalies.",
         parents=[global_options(suppress_defaults=False)],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                        help="print zkledger's version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register_all(subparsers, [global_options(suppress_defaults=True)])
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (pyproject.toml's `version`, the one place it is written)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("zkledger")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,6 +112,7 @@ def run(argv: Sequence[str]) -> int:
     finally:
         if ctx is not None:
             _close(ctx)
+        spark_logs_to_file(False)  # in-process callers (tests, benchmarks) build later sessions as before
 
 
 def run_command(command: str, argv: Sequence[str] | None = None) -> int:
@@ -164,7 +179,9 @@ def _one_line(exc: BaseException) -> str:
 
 def _configure_logging(verbosity: int) -> None:
     """Log to stderr (as `logging.basicConfig`: only when no handler is installed yet); every root handler
-    redacts secrets (`services.sanitize.RedactingFilter`)."""
+    redacts secrets (`services.sanitize.RedactingFilter`). Spark's own logs (its JVM's log4j2 lines, the JVM's
+    and its Python workers' stderr) go to ``<lake>/_logs/spark.log``, or with -v to the terminal."""
+    spark_logs_to_file(verbosity <= 0)
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:

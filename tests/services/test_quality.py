@@ -128,3 +128,32 @@ def test_check_runs_twice_on_the_same_lake(spark: Any, lake: Any, settings: Any,
     # the second run replaced the first one's GX objects instead of piling up beside them
     assert len(runs[1]) == len(runs[0]) == 2 and not set(runs[0]) & set(runs[1])
     assert "check passed" in summary
+
+
+@pytest.mark.parametrize("kafka_version", [None, "2.0"])
+def test_delta_rs_path_gives_the_spark_paths_results(spark: Any, lake: Any, kafka_version: str | None) -> None:
+    """`check` reads small tables with delta-rs and computes the derived columns on Arrow; the same tables read
+    by Spark, derived by Spark (``pandas_max_rows=-1`` sends every table there) give the same result rows."""
+    sd.write_story(lake, _corrupted())
+    arrow = run_quality(None, lake, kafka_version=kafka_version, write_results=False)
+    built: list[Any] = []
+    via_spark = run_quality(lambda: built.append(spark) or spark, lake, kafka_version=kafka_version,
+                            write_results=False, pandas_max_rows=-1)
+    assert built == [spark]  # the session was asked for once, because tables needed it
+
+    def rows(report: Any) -> list[tuple[Any, ...]]:
+        return [(r.table, r.expectation, r.column, r.success, r.observed) for s in report.suites for r in s.results]
+
+    assert rows(arrow) == rows(via_spark)
+    assert [(s.table, s.rows, s.table_version) for s in arrow.suites] == \
+        [(s.table, s.rows, s.table_version) for s in via_spark.suites]
+    failed = {(r.table, r.expectation) for s in arrow.suites for r in s.failed}
+    assert {(t, e) for t, names in EXPECTED_FAILURES.items() for e in names} <= failed
+
+
+def test_small_tables_need_no_spark(lake: Any) -> None:
+    """Without a session (None) a lake of small tables is checked all the same: delta-rs and pandas only."""
+    sd.write_story(lake, _corrupted())
+    report = run_quality(None, lake, tables=list(EXPECTED_FAILURES), write_results=False)
+    for table, expected in EXPECTED_FAILURES.items():
+        assert {r.expectation for r in report.suite(table).failed} == expected

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from services.metrics import Metrics, add_metrics_argument, metrics_server
 from zkledger.context import Context
+
+if TYPE_CHECKING:
+    from lakehouse import Lake
 
 
 def register(subparsers: Any) -> None:
@@ -25,6 +31,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--maintain-every", metavar="HOURS", type=float, default=None,
                         help="run `zkledger maintain` between micro-batches this often "
                              "(default: settings monitor.maintain_every_hours; 0 = off)")
+    add_metrics_argument(parser)
     parser.set_defaults(handler=run)
 
 
@@ -35,32 +42,143 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
     from services.errors import UserError
 
     url = args.webhook or ctx.settings.monitor.webhook or None
-    try:
-        alerter = AnomalyAlerter(url)
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
     quality = args.quality or ctx.settings.monitor.quality_each_batch
     trigger = args.trigger if args.trigger is not None else ctx.settings.streaming.trigger_seconds
     maintain_hours = args.maintain_every if args.maintain_every is not None else ctx.settings.monitor.maintain_every_hours
     if maintain_hours < 0:
         raise UserError("--maintain-every must be >= 0 hours")
-    query = start_monitor(ctx.spark("zkledger-monitor"), ctx.lake,
-                          stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
-                          trigger_seconds=trigger, available_now=args.available_now,
-                          buckets=ctx.settings.pipeline.buckets, publish=alerter.publish, quality=quality,
-                          max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
-                          maintain_every_s=3600 * maintain_hours)
-    _until_stopped(query, alerter)
+    with metrics_server("monitor", args.metrics_port, ctx.settings) as metrics:
+        try:
+            alerter = AnomalyAlerter(url, on_delivery=None if metrics is None else metrics.webhook_result)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        publish = alerter.publish if metrics is None else _counted(alerter.publish, metrics)
+        spark = ctx.spark("zkledger-monitor")
+        watch = None if metrics is None else LakeWatch(ctx.lake, metrics)  # its baseline: before the query
+        query = start_monitor(spark, ctx.lake,
+                              stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
+                              trigger_seconds=trigger, available_now=args.available_now,
+                              buckets=ctx.settings.pipeline.buckets, publish=publish, quality=quality,
+                              max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
+                              maintain_every_s=3600 * maintain_hours)
+        if watch is not None:
+            watch.listen(spark, query)
+        _until_stopped(query, alerter, watch)
     if args.available_now:
         return f"monitor caught up and stopped: {alerter.count} anomalies published"
     return f"monitor stopped: {alerter.count} anomalies published"
 
 
-def _until_stopped(query: Any, alerter: Any) -> None:
-    """Wait for the streaming query (Ctrl-C stops it), then let the alerter deliver what it holds."""
+def _until_stopped(query: Any, alerter: Any, watch: LakeWatch | None = None) -> None:
+    """Wait for the streaming query (Ctrl-C stops it), then let the alerter deliver what it holds. With metrics,
+    the wait turns every second: the loop /healthz watches, and the lake read after each micro-batch."""
     try:
-        query.awaitTermination()
+        if watch is None:
+            query.awaitTermination()
+        else:
+            while not query.awaitTermination(1):
+                watch.turn(query)
+            watch.turn(query)
     except KeyboardInterrupt:
         query.stop()
     finally:
         alerter.close()
+
+
+def _counted(publish: Callable[[list[dict[str, Any]]], object],
+             metrics: Metrics) -> Callable[[list[dict[str, Any]]], object]:
+    """``publish``, counting each batch's new anomalies by kind and severity first."""
+
+    def counted(rows: list[dict[str, Any]]) -> object:
+        metrics.anomalies(rows)
+        return publish(rows)
+
+    return counted
+
+
+BRONZE = ("znode_events", "controller_decisions")
+
+
+class LakeWatch:
+    """The monitor's metrics from Spark's progress events and from the lake its micro-batches commit to.
+
+    A listener on the session takes each progress event of the query (duration, rows read per bronze table)
+    and marks the lake as changed; the command's wait loop then reads the derived tables' Delta logs (no data):
+    the rows of the files added since the last look, by table, and the newest ``event_time`` of
+    ``metadata_events``. The files present at start are the baseline, not counted."""
+
+    def __init__(self, lake: Lake, metrics: Metrics) -> None:
+        self.lake, self.metrics = lake, metrics
+        self.files: dict[str, set[str]] = {}
+        self.changed = threading.Event()
+        self.query_id: str | None = None
+        self._read(count=False)
+
+    def listen(self, spark: Any, query: Any) -> None:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        watch = self
+        self.query_id = str(query.id)
+        self.metrics.source_connected(bool(query.isActive))
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                watch.progressed(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                if str(event.id) == watch.query_id:
+                    watch.metrics.loop_turned(idle=True)
+
+            def onQueryTerminated(self, event: Any) -> None:
+                if str(event.id) == watch.query_id:
+                    watch.metrics.source_connected(False)
+
+        spark.streams.addListener(Listener())
+
+    def progressed(self, progress: Any) -> None:
+        """A progress event: a finished micro-batch (rows read), or a report that there was nothing to read."""
+        if str(progress.id) != self.query_id:
+            return
+        if progress.numInputRows > 0:
+            rows: dict[str, int] = {}
+            for source in progress.sources:
+                table = next((t for t in BRONZE if t in str(source.description)), "other")
+                rows[table] = rows.get(table, 0) + int(source.numInputRows)
+            self.metrics.batch_done(progress.durationMs.get("triggerExecution", 0) / 1000, rows)
+            self.changed.set()
+        else:
+            self.metrics.loop_turned(idle=True)
+
+    def turn(self, query: Any) -> None:
+        """One turn of the command's wait loop."""
+        self.metrics.source_connected(bool(query.isActive))
+        self.metrics.loop_turned()
+        if self.changed.is_set():
+            self.changed.clear()
+            self._read(count=True)
+
+    def _read(self, count: bool) -> None:
+        import pyarrow as pa
+
+        from models.tables import DERIVED_TABLES, METADATA_EVENTS
+
+        for spec in DERIVED_TABLES:
+            if not self.lake.exists(spec.name):
+                continue
+            actions = pa.table(self.lake.snapshot(spec.name).get_add_actions(flatten=True))
+            paths = actions.column("path").to_pylist()
+            known = self.files.get(spec.name, set())
+            if count:
+                new = sum(n or 0 for path, n in zip(paths, actions.column("num_records").to_pylist(), strict=True)
+                          if path not in known)
+                if new:
+                    self.metrics.rows_written(spec.name, new)
+            self.files[spec.name] = set(paths)
+            newest_column = "max.event_time"
+            if spec is METADATA_EVENTS and newest_column in actions.column_names:
+                newest = max((t for t in actions.column(newest_column).to_pylist() if t is not None), default=None)
+                if newest is not None:
+                    self.metrics.monitor_committed(newest)
