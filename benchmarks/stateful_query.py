@@ -93,7 +93,7 @@ def stateful(spark: Any, lake: Any, checkpoint: Path, buckets: int, sink: str) -
             q = start_monitor(spark, lake, str(checkpoint), available_now=True, buckets=buckets)
         else:
             bronze, decisions = (stream_table(spark, lake, t.name) for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
-            q = (stateful_stream(bronze, decisions, buckets).writeStream.format("noop")
+            q = (stateful_stream(bronze, decisions, buckets=buckets).writeStream.format("noop")
                  .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         q.awaitTermination()
         wall = time.perf_counter() - t0

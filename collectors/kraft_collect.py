@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,8 +41,14 @@ from collectors.kraft_log import (
     SnapshotFile,
     read_batches,
 )
+from lakehouse.arrow_schema import arrow_schema
 from models.ids import event_id
-from models.kraft_records import KraftDecodeError, decode_control_record, decode_metadata_record
+from models.kraft_records import (
+    KraftDecodeError,
+    decode_control_record,
+    decode_metadata_record,
+    known_versions,
+)
 from models.tables import KRAFT_RECORDS, QUARANTINE
 
 log = logging.getLogger(__name__)
@@ -75,10 +82,6 @@ def snapshot_id(snap: SnapshotFile) -> str:
     return f"{snap.end_offset}-{snap.epoch}"
 
 
-def _ms_to_dt(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000.0, tz=UTC) if ms >= 0 else None
-
-
 def decode_record(is_control: bool, key: bytes | None, value: bytes | None) -> tuple[str, int]:
     """(record type name, schema version) of one record; KraftDecodeError when its payload is unreadable."""
     if is_control:
@@ -88,6 +91,264 @@ def decode_record(is_control: bool, key: bytes | None, value: bytes | None) -> t
         raise KraftDecodeError("metadata record without a value")
     record = decode_metadata_record(value)
     return record.record_type.name, record.version
+
+
+# A metadata record's frame header (frame version 1, api key, version: one byte each below 128) -> its type
+# name and version: all the collector stores of the record's content (the pipeline decodes it). The message is
+# only checked for being readable (_MESSAGE_CHECKS), so that an unreadable record is still quarantined here.
+_FRAME_HEADERS: dict[bytes, tuple[str, int]] = {
+    bytes((1, rt.value, v)): (rt.name, v) for rt, versions in known_versions().items() for v in versions
+    if rt.value < 0x80 and v < 0x80
+}
+
+
+class _Unreadable(Exception):
+    pass
+
+
+# Bytes of the fixed-size kinds of models.kraft_records' schema table.
+_FIXED_SIZES: dict[str, int] = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "float64": 8,
+                                "bool": 1, "uuid": 16}
+_MAX_STRING_LENGTH = 0x7FFF
+_Skip = Callable[[bytes, int], int]
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result, shift, pos = b & 0x7F, 7, pos + 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise _Unreadable
+
+
+def _fixed_skip(size: int) -> _Skip:
+    def skip(buf: bytes, pos: int) -> int:
+        pos += size
+        if pos > len(buf):
+            raise _Unreadable
+        return pos
+
+    return skip
+
+
+def _array_skip(nullable: bool, min_item: int, item: _Skip | None) -> _Skip:
+    """A compact array; ``item`` None: items of ``min_item`` bytes each."""
+    def skip(buf: bytes, pos: int) -> int:
+        n, pos = _uvarint(buf, pos)
+        if n == 0:
+            if nullable:
+                return pos
+            raise _Unreadable
+        count = n - 1
+        if pos + count * min_item > len(buf):
+            raise _Unreadable
+        if item is None:
+            return pos + count * min_item
+        for _ in range(count):
+            pos = item(buf, pos)
+        return pos
+
+    return skip
+
+
+def _string_skip(nullable: bool, text: bool) -> _Skip:
+    def skip(buf: bytes, pos: int) -> int:
+        n, pos = _uvarint(buf, pos)
+        if n == 0:
+            if nullable:
+                return pos
+            raise _Unreadable
+        end = pos + n - 1
+        if end > len(buf) or (text and n - 1 > _MAX_STRING_LENGTH):
+            raise _Unreadable
+        if text:
+            buf[pos:end].decode("utf-8")  # UnicodeDecodeError: not valid
+        return end
+
+    return skip
+
+
+def _field_skip(f: Any, version: int) -> _Skip:
+    kind = f.kind
+    if kind in _FIXED_SIZES:
+        return _fixed_skip(_FIXED_SIZES[kind])
+    if kind in ("string", "bytes"):
+        return _string_skip(f.nullable, kind == "string")
+    if kind == "[]int32":
+        return _array_skip(f.nullable, 4, None)
+    if kind == "[]uuid":
+        return _array_skip(f.nullable, 16, None)
+    if kind == "[]string":
+        return _array_skip(f.nullable, 1, _string_skip(False, True))
+    if kind == "[]":
+        return _array_skip(f.nullable, 1, _struct_skip(f.children, version))
+    if kind == "{}":
+        return _struct_skip(f.children, version)
+    raise ValueError(f"unknown field kind {kind!r}")
+
+
+def _struct_skip(fields: Sequence[Any], version: int) -> _Skip:
+    present = [f for f in fields if version >= f.since]
+    steps: list[int | _Skip] = []  # runs of fixed-size fields merged into one byte count
+    for f in present:
+        if f.tag is not None:
+            continue
+        size = _FIXED_SIZES.get(f.kind)
+        if size is None:
+            steps.append(_field_skip(f, version))
+        elif steps and isinstance(steps[-1], int):
+            steps[-1] += size
+        else:
+            steps.append(size)
+    tagged = {f.tag: _field_skip(f, version) for f in present if f.tag is not None}
+
+    def skip(buf: bytes, pos: int) -> int:
+        size = len(buf)
+        for step in steps:
+            if isinstance(step, int):
+                pos += step
+                if pos > size:
+                    raise _Unreadable
+            else:
+                pos = step(buf, pos)
+        count = buf[pos]
+        if count < 0x80:
+            pos += 1
+        else:
+            count, pos = _uvarint(buf, pos)
+        for _ in range(count):
+            tag, length = buf[pos], buf[pos + 1]
+            if tag < 0x80 and length < 0x80:  # one byte each: nearly always
+                pos += 2
+            else:
+                tag, pos = _uvarint(buf, pos)
+                length, pos = _uvarint(buf, pos)
+            end = pos + length
+            if end > size:
+                raise _Unreadable
+            known = tagged.get(tag)
+            if known is not None and known(buf, pos) != end:
+                raise _Unreadable
+            pos = end
+        return pos
+
+    return skip
+
+
+def _message_checks() -> dict[bytes, _Skip]:
+    """A structural check per record type and version, from the decoder's own schema table: it walks the bytes
+    as ``decode_metadata_record`` does and fails where it would, without building the fields (several times
+    cheaper: no dicts, no UUID text). A record it fails goes to the decoder itself, for the verdict and the
+    reason."""
+    from models.kraft_records import _METADATA_SCHEMAS  # the one description of the layouts
+
+    return {bytes((1, key, v)): _struct_skip(fields, v) for key, (_, top, fields) in _METADATA_SCHEMAS.items()
+            for v in range(top + 1) if key < 0x80 and v < 0x80}
+
+
+_MESSAGE_CHECKS = _message_checks()
+
+
+def _readable(value: bytes, check: _Skip) -> bool:
+    """Whether ``decode_metadata_record`` reads ``value`` (its 3-byte frame header already matched)."""
+    try:
+        return check(value, 3) == len(value)
+    except (_Unreadable, IndexError, UnicodeDecodeError):
+        return False
+
+
+def _record_types(is_control: bool, keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                  ) -> tuple[list[str | None], list[int | None], list[tuple[int, str]]]:
+    """(type names, versions, [(index, reason)] of the undecodable) of one batch's records."""
+    names: list[str | None] = []
+    versions: list[int | None] = []
+    bad: list[tuple[int, str]] = []
+    headers, checks = _FRAME_HEADERS, _MESSAGE_CHECKS
+    for i, value in enumerate(values):
+        try:
+            if (not is_control and value is not None and (known := headers.get(value[:3])) is not None
+                    and _readable(value, checks[value[:3]])):
+                name, version = known
+            else:
+                name, version = decode_record(is_control, keys[i], value)
+        except KraftDecodeError as e:
+            names.append(None)
+            versions.append(None)
+            bad.append((i, e.reason))
+            continue
+        names.append(name)
+        versions.append(version)
+    return names, versions, bad
+
+
+_SCHEMA = arrow_schema(KRAFT_RECORDS)
+# columns with one value per batch (kept once per batch, repeated when the commit's table is built) and per row
+_BATCH_COLUMNS = ("batch_base_offset", "batch_last_offset", "leader_epoch", "batch_timestamp", "is_control",
+                  "source", "snapshot_id", "file_name", "collected_at")
+_ROW_COLUMNS = ("offset", "key", "value", "record_type", "record_version", "detail")
+
+
+class _Pending:
+    """Rows waiting for their commit, held by column: a log has millions of records, and a dict per row cost
+    more than reading them."""
+
+    def __init__(self) -> None:
+        self.runs: list[int] = []  # rows per batch
+        self.per_batch: dict[str, list[Any]] = {c: [] for c in _BATCH_COLUMNS}
+        self.per_row: dict[str, list[Any]] = {c: [] for c in _ROW_COLUMNS}
+        self.gap_rows = 0
+
+    def __len__(self) -> int:
+        return len(self.per_row["offset"])
+
+    def add_batch(self, batch_values: Sequence[Any], offsets: Sequence[int], keys: Sequence[bytes | None],
+                  values: Sequence[bytes | None], names: Sequence[str | None], versions: Sequence[int | None],
+                  details: Sequence[str | None] | None) -> None:
+        n = len(offsets)
+        self.runs.append(n)
+        for column, v in zip(_BATCH_COLUMNS, batch_values, strict=True):
+            self.per_batch[column].append(v)
+        row = self.per_row
+        row["offset"].extend(offsets)
+        row["key"].extend(keys)
+        row["value"].extend(values)
+        row["record_type"].extend(names)
+        row["record_version"].extend(versions)
+        row["detail"].extend(details if details is not None else [None] * n)
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        """One row given whole (a gap row); its timestamps as microseconds."""
+        self.runs.append(1)
+        for column in _BATCH_COLUMNS:
+            self.per_batch[column].append(row.get(column))
+        for column in _ROW_COLUMNS:
+            self.per_row[column].append(row.get(column))
+        self.gap_rows += row["source"] == GAP
+
+    def table(self, cluster: str) -> pa.Table:
+        n = len(self)
+        repeat = pa.array(np.repeat(np.arange(len(self.runs), dtype=np.int64), self.runs))
+        columns: list[pa.Array] = []
+        for f in _SCHEMA:
+            if f.name == "cluster":
+                columns.append(pa.array([cluster] * n, f.type))
+            elif f.name in self.per_row:
+                columns.append(pa.array(self.per_row[f.name], f.type))
+            else:
+                columns.append(pa.array(self.per_batch[f.name], f.type).take(repeat))
+        return pa.Table.from_arrays(columns, schema=_SCHEMA)
+
+
+def _now_micros() -> int:
+    return time.time_ns() // 1000
 
 
 @dataclass
@@ -115,7 +376,7 @@ class _Stream:
     source: str
     snapshot: str | None
     next_offset: int
-    pending: list[dict[str, Any]] = field(default_factory=list)
+    pending: _Pending = field(default_factory=_Pending)
     pending_quarantine: list[dict[str, Any]] = field(default_factory=list)
     rows_written: int = 0
 
@@ -257,10 +518,10 @@ class KraftCollector:
 
     def _gap(self, stream: _Stream, first: int, last: int, file_name: str, detail: str,
              snap: SnapshotFile | None = None) -> None:
-        stream.pending.append({
-            "cluster": self.lake.cluster, "offset": first, "batch_base_offset": first, "batch_last_offset": last,
+        stream.pending.add_row({
+            "offset": first, "batch_base_offset": first, "batch_last_offset": last,
             "is_control": False, "source": GAP, "snapshot_id": None if snap is None else snapshot_id(snap),
-            "file_name": file_name, "detail": detail, "collected_at": datetime.now(UTC),
+            "file_name": file_name, "detail": detail, "collected_at": _now_micros(),
         })
         self.gaps += 1
 
@@ -342,27 +603,27 @@ class KraftCollector:
             self._gap(stream, stream.next_offset, batch.base_offset - 1, path.name,
                       f"offsets {stream.next_offset}..{batch.base_offset - 1} in {path.name}: {why}")
         cursor.damage = ""
-        stamp = _ms_to_dt(batch.max_timestamp)
-        now = datetime.now(UTC)
-        for rec in batch.records:
-            if rec.offset < stream.next_offset:
-                continue
-            row: dict[str, Any] = {
-                "cluster": self.lake.cluster, "offset": rec.offset, "batch_base_offset": batch.base_offset,
-                "batch_last_offset": batch.last_offset, "leader_epoch": batch.partition_leader_epoch,
-                "batch_timestamp": stamp, "is_control": batch.is_control, "key": rec.key, "value": rec.value,
-                "source": stream.source, "snapshot_id": stream.snapshot, "file_name": path.name,
-                "collected_at": now,
-            }
-            try:
-                row["record_type"], row["record_version"] = decode_record(batch.is_control, rec.key, rec.value)
-            except KraftDecodeError as e:
-                row["detail"] = f"undecodable: {e.reason}"
-                raw = (rec.value or b"").hex() if not batch.is_control else f"key={(rec.key or b'').hex()} " \
-                    f"value={(rec.value or b'').hex()}"
-                ref = f"{path.resolve()}:{batch.position}#{rec.offset}"
-                self._quarantine_row(stream, raw, f"offset {rec.offset}: {e.reason}", ref)
-            stream.pending.append(row)
+        records = batch.records
+        if records and records[0].offset < stream.next_offset:
+            records = tuple(r for r in records if r.offset >= stream.next_offset)
+        if records:
+            offsets, _, keys, values, _ = zip(*records, strict=True)
+            names, versions, bad = _record_types(batch.is_control, keys, values)
+            details: list[str | None] | None = None
+            if bad:
+                details = [None] * len(records)
+                for i, reason in bad:
+                    details[i] = f"undecodable: {reason}"
+                    key, value, offset = keys[i], values[i], offsets[i]
+                    raw = (value or b"").hex() if not batch.is_control else f"key={(key or b'').hex()} " \
+                        f"value={(value or b'').hex()}"
+                    ref = f"{path.resolve()}:{batch.position}#{offset}"
+                    self._quarantine_row(stream, raw, f"offset {offset}: {reason}", ref)
+            stamp = batch.max_timestamp * 1000 if batch.max_timestamp >= 0 else None
+            stream.pending.add_batch(
+                (batch.base_offset, batch.last_offset, batch.partition_leader_epoch, stamp, batch.is_control,
+                 stream.source, stream.snapshot, path.name, _now_micros()),
+                offsets, keys, values, names, versions, details)
         stream.next_offset = batch.last_offset + 1
         if len(stream.pending) >= self.batch_size:
             self._flush(stream)
@@ -393,13 +654,14 @@ class KraftCollector:
         if stream.pending_quarantine:
             self.quarantine.write(stream.pending_quarantine)
             stream.pending_quarantine = []
-        if not stream.pending:
+        pending = stream.pending
+        if not len(pending):
             return
-        rows: Sequence[dict[str, Any]] = stream.pending
+        rows = pending.table(self.lake.cluster)
         if self.lake.append(KRAFT_RECORDS.name, rows, writer_id=stream.writer_id, batch_seq=stream.next_offset):
-            records = sum(1 for r in rows if r["source"] != GAP)  # gap rows are counted as gaps
+            records = len(pending) - pending.gap_rows  # gap rows are counted as gaps
             stream.rows_written += records
             if self.progress is not None:
                 self.progress(records)
         self._last_commit = time.monotonic()
-        stream.pending = []
+        stream.pending = _Pending()

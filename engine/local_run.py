@@ -10,6 +10,7 @@ the Spark query's checkpoint, which this runner does not write.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from itertools import pairwise
 
 import numpy as np
@@ -20,14 +21,16 @@ from engine.stateful_sink import StatefulSink, derived_counts, output_record, ou
 from lakehouse import Lake
 from lakehouse.spark_schema import spark_arrow_schema
 from models.states import DEFAULT_KAFKA_VERSION
-from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
+from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, ZNODE_EVENTS
 from pipelines.bucket_fold import ipc_bytes
 from pipelines.cluster_stage import StreamPart
+from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 from pipelines.keyed_pipeline import (
     KeyState,
     by_key,
     empty_state,
     route_decision_rows,
+    route_kraft_records,
     route_znode_rows,
     step_key,
 )
@@ -40,26 +43,33 @@ class LocalRunner:
     """The steps run key after key in this process, each key's state held here between batches (what Spark's
     operator does per key, with its state store)."""
 
-    def __init__(self, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
-        self.buckets, self.kafka_version = buckets, kafka_version
+    def __init__(self, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION,
+                 offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> None:
+        self.buckets, self.kafka_version, self.offline_blip = buckets, kafka_version, offline_blip
         self.states: dict[tuple[str, int], KeyState] = {}
 
-    def step(self, bronze: pa.Table, decisions: pa.Table) -> list[tuple[str, int, str, pa.Table]]:
+    def step(self, bronze: pa.Table, decisions: pa.Table,
+             kraft: pa.Table | None = None) -> list[tuple[str, int, str, pa.Table]]:
         """One batch of bronze rows (``spark_arrow_schema`` shaped): each key's (cluster, bucket, table, rows)."""
         keyed: dict[tuple[str, int], dict[StreamPart, pa.Table]] = {}
-        for part, rows in [*route_znode_rows(bronze, self.buckets), *route_decision_rows(decisions, self.buckets)]:
+        routed = [*route_znode_rows(bronze, self.buckets), *route_decision_rows(decisions, self.buckets)]
+        if kraft is not None and kraft.num_rows:
+            routed += route_kraft_records(kraft, self.buckets)
+        for part, rows in routed:
             for cluster, bucket, body in by_key(rows):
                 keyed.setdefault((cluster, bucket), {})[part] = body
         out = []
         for (cluster, bucket), parts in sorted(keyed.items()):
             state = self.states.get((cluster, bucket)) or empty_state(bucket)
-            tables, self.states[(cluster, bucket)] = step_key(cluster, bucket, parts, state, self.kafka_version)
+            tables, self.states[(cluster, bucket)] = step_key(cluster, bucket, parts, state, self.kafka_version,
+                                                              self.offline_blip)
             out += [(cluster, bucket, table, rows) for table, rows in tables.items() if rows.num_rows]
         return out
 
 
 def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION,
-              writer_id: str = LOCAL_WRITER, batch_rows: int | None = None) -> dict[str, int]:
+              writer_id: str = LOCAL_WRITER, batch_rows: int | None = None,
+              offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> dict[str, int]:
     """Rebuild every derived table of ``lake`` in this process; returns each derived table's row count.
 
     ``batch_rows``: run the history in batches of about that many bronze rows in zxid order (a zxid is never
@@ -68,13 +78,15 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     writer = f"{writer_id}-{uuid.uuid4().hex[:12]}"  # a writer per run: its batches count from 0
     sink = StatefulSink(lake, writer)
     sink.ensure_tables()
-    runner = LocalRunner(buckets, kafka_version)
+    runner = LocalRunner(buckets, kafka_version, offline_blip)
     bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
     decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
+    kraft = bronze_rows(lake, KRAFT_RECORDS.name)  # a KRaft history's records go in the first batch
     cuts = _zxid_cuts(bronze["zxid"].to_numpy(zero_copy_only=False), batch_rows or max(bronze.num_rows, 1))
     for i, (a, b) in enumerate(pairwise(cuts)):
         last = i == len(cuts) - 2
-        outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0))
+        outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0),
+                              kraft if i == 0 else None)
         sink.commit(output_records([output_record(lake.root, table, cluster, bucket, ipc_bytes(rows))
                                     for cluster, bucket, table, rows in outputs]), i)
     return derived_counts(lake)

@@ -4,9 +4,11 @@ last monitor) ended."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from engine.stateful import DEFAULT_BUCKETS, start_stateful_query, stateful_checkpoint
+from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,13 +23,15 @@ MAX_FILES_PER_TRIGGER = 1000
 def start_monitor(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, trigger_seconds: float = 1.0,
                   available_now: bool = False, buckets: int = DEFAULT_BUCKETS,
                   publish: Callable[[list[dict[str, Any]]], object] | None = None, quality: bool = False,
-                  max_files_per_trigger: int = MAX_FILES_PER_TRIGGER, maintain_every_s: float = 0.0) -> StreamingQuery:
+                  max_files_per_trigger: int = MAX_FILES_PER_TRIGGER, maintain_every_s: float = 0.0,
+                  offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> StreamingQuery:
     """Start the monitor: a micro-batch every ``trigger_seconds``, or (``available_now``) every bronze commit
     present now, then stop. ``publish`` gets each batch's new anomalies once they are committed."""
     return start_stateful_query(
         spark, lake, checkpoint or stateful_checkpoint(None, lake.root), buckets=buckets, available_now=available_now,
         processing_time=None if available_now else f"{trigger_seconds} seconds",
-        max_files_per_trigger=max_files_per_trigger, publish=publish, quality=quality, maintain_every_s=maintain_every_s)
+        max_files_per_trigger=max_files_per_trigger, publish=publish, quality=quality, maintain_every_s=maintain_every_s,
+        offline_blip=offline_blip)
 
 
 def drain_monitor(spark: SparkSession, lake: Lake, checkpoint: str | None = None, **options: Any) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from engine.stateful import (
@@ -14,6 +15,7 @@ from engine.stateful import (
 )
 from engine.stateful_sink import derived_counts, reset_derived
 from models.states import DEFAULT_KAFKA_VERSION
+from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 def rebuild(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, buckets: int = DEFAULT_BUCKETS,
             kafka_version: str = DEFAULT_KAFKA_VERSION, max_files_per_trigger: int = ALL_FILES,
-            max_bytes_per_trigger: str | None = None) -> dict[str, int]:
+            max_bytes_per_trigger: str | None = None, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> dict[str, int]:
     """Remove ``checkpoint`` (default: the lake's pipeline checkpoint, which ``monitor`` then continues), empty
     every derived table and run the query over every bronze commit present (``availableNow``); returns each
     derived table's row count. Uncapped, the history is one micro-batch that the executors hold; a cap splits
@@ -34,6 +36,6 @@ def rebuild(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, b
     reset_derived(lake, checkpoint_writer(checkpoint))
     query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
                                  available_now=True, max_files_per_trigger=max_files_per_trigger,
-                                 max_bytes_per_trigger=max_bytes_per_trigger)
+                                 max_bytes_per_trigger=max_bytes_per_trigger, offline_blip=offline_blip)
     query.awaitTermination()
     return derived_counts(lake)

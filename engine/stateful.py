@@ -37,6 +37,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,7 @@ from lakehouse.spark_io import stream_table
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
     CONTROLLER_DECISIONS,
+    KRAFT_RECORDS,
     ZNODE_EVENTS,
 )
 from pipelines.bucket_fold import (
@@ -70,14 +72,17 @@ from pipelines.bucket_fold import (
     ipc_table,
 )
 from pipelines.cluster_stage import ClusterState, StreamPart
+from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 from pipelines.keyed_pipeline import (
     GLOBAL_SCHEMA,
     META_SEQ,
     by_key,
     route_decision_rows,
+    route_kraft_records,
     route_znode_rows,
     step_key,
 )
+from pipelines.kraft_stage import KRAFT_STAGE, KraftState
 from services.errors import UserError
 
 if TYPE_CHECKING:
@@ -134,13 +139,18 @@ class _Route:
                 yield packed
 
 
-def stateful_stream(bronze: DataFrame, decisions: DataFrame, buckets: int = DEFAULT_BUCKETS,
-                    kafka_version: str = DEFAULT_KAFKA_VERSION) -> DataFrame:
+def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | None = None,
+                    buckets: int = DEFAULT_BUCKETS,
+                    kafka_version: str = DEFAULT_KAFKA_VERSION,
+                    offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> DataFrame:
     """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's)."""
     routed = bronze.mapInArrow(_Route(route_znode_rows, buckets), PACKED_IN).unionByName(
         decisions.mapInArrow(_Route(route_decision_rows, buckets), PACKED_IN))
+    if kraft is not None:
+        routed = routed.unionByName(kraft.mapInArrow(_Route(route_kraft_records, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
-        statefulProcessor=PipelineProcessor(kafka_version), outputStructType=PACKED_OUT, outputMode="Append",
+        statefulProcessor=PipelineProcessor(kafka_version, offline_blip), outputStructType=PACKED_OUT,
+        outputMode="Append",
         timeMode="None")
 
 
@@ -148,12 +158,13 @@ class PipelineProcessor(StatefulProcessor):
     """One key per micro-batch: a bucket (its carried ``BucketState``, one ValueState per part) or a cluster's
     stage (``ClusterState``, one ValueState), as Arrow IPC bytes."""
 
-    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION) -> None:
-        self.kafka_version = kafka_version
+    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> None:
+        self.kafka_version, self.offline_blip = kafka_version, offline_blip
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.bucket_parts = {name: handle.getValueState(f"bucket_{name}", STATE_BLOB) for name in BUCKET_PARTS}
         self.cluster_state = handle.getValueState("cluster", CLUSTER_STATE)
+        self.kraft_image = handle.getValueState("kraft_image", STATE_BLOB)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         blobs: dict[StreamPart, list[pa.Table]] = {}
@@ -164,15 +175,25 @@ class PipelineProcessor(StatefulProcessor):
             return
         parts = {part: pa.concat_tables(tables) for part, tables in blobs.items()}
         cluster, bucket = str(key[0]), int(key[1])
-        if bucket == CLUSTER_STAGE:
+        if bucket == KRAFT_STAGE:  # a KRaft cluster: its image, one bucket's state and its stage's, all here
+            image = self.kraft_image.get() if self.kraft_image.exists() else None
+            out, kraft = step_key(cluster, bucket, parts, KraftState(
+                KraftState.image_of(image[0] if image else None), self._bucket_state(), self._cluster_state()),
+                self.kafka_version, self.offline_blip)
+            assert isinstance(kraft, KraftState)
+            self.kraft_image.update((kraft.image_bytes(),))
+            self.cluster_state.update(kraft.stage.to_bytes())
+            for name, value in self.bucket_parts.items():
+                value.update((ipc_bytes(getattr(kraft.bucket, name)),))
+        elif bucket == CLUSTER_STAGE:
             stored = self.cluster_state.get() if self.cluster_state.exists() else None
             stage = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
-            out, after = step_key(cluster, bucket, parts, stage, self.kafka_version)
+            out, after = step_key(cluster, bucket, parts, stage, self.kafka_version, self.offline_blip)
             assert isinstance(after, ClusterState)
             self.cluster_state.update(after.to_bytes())
         else:
             carried = self._bucket_state()
-            out, after = step_key(cluster, bucket, parts, carried, self.kafka_version)
+            out, after = step_key(cluster, bucket, parts, carried, self.kafka_version, self.offline_blip)
             for name, value in self.bucket_parts.items():
                 if getattr(after, name) is not getattr(carried, name):  # the step returns untouched parts as they were
                     value.update((ipc_bytes(getattr(after, name)),))
@@ -181,6 +202,10 @@ class PipelineProcessor(StatefulProcessor):
             yield pd.DataFrame({"cluster": [cluster] * len(tables), BUCKET_COLUMN: [bucket] * len(tables),
                                 TABLE_COLUMN: [name for name, _ in tables],
                                 PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
+
+    def _cluster_state(self) -> ClusterState:
+        stored = self.cluster_state.get() if self.cluster_state.exists() else None
+        return ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
 
     def _bucket_state(self) -> BucketState:
         empty = BucketState.empty(META_SEQ)
@@ -199,7 +224,7 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
                          available_now: bool = False, processing_time: str | None = None,
                          max_files_per_trigger: int | None = None, max_bytes_per_trigger: str | None = None,
                          publish: Callable[[list[dict[str, Any]]], object] | None = None, quality: bool = False,
-                         maintain_every_s: float = 0.0) -> StreamingQuery:
+                         maintain_every_s: float = 0.0, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> StreamingQuery:
     """Start the pipeline over ``lake``'s bronze streams, writing every derived table.
 
     ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
@@ -207,7 +232,8 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     checkpoint. ``max_files_per_trigger``/``max_bytes_per_trigger`` cap a micro-batch (Delta's admission
     control). ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
     the driver with each batch's new anomalies once they are committed. ``quality``: the quality suites on
-    each batch's new rows; ``maintain_every_s``: the lake's maintenance between batches this often (0: never).
+    each batch's new rows; ``maintain_every_s``: the lake's maintenance between batches this often (0: never);
+    ``offline_blip``: settings ``pipeline.offline_blip_ms`` (an OFFLINE_PARTITION that ends within it is a blip).
     """
     if writer_id is None and not (Path(checkpoint) / WRITER_FILE).exists():
         foreign = [spec.name for spec in DERIVED if lake.exists(spec.name) and lake.row_count(spec.name)]
@@ -222,8 +248,11 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger,
                                       max_bytes_per_trigger=max_bytes_per_trigger)
                          for t in (ZNODE_EVENTS, CONTROLLER_DECISIONS))
+    kraft = (stream_table(spark, lake, KRAFT_RECORDS.name, max_files_per_trigger=max_files_per_trigger,
+                          max_bytes_per_trigger=max_bytes_per_trigger)
+             if reads_kraft(lake, checkpoint) else None)
     sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
-    writer = (stateful_stream(bronze, decisions, buckets, kafka_version).writeStream
+    writer = (stateful_stream(bronze, decisions, kraft, buckets, kafka_version, offline_blip).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()
@@ -257,6 +286,25 @@ class ProgressLog(StreamingQueryListener):
 
 
 WRITER_FILE = "zkledger-writer"
+SOURCES_FILE = "zkledger-sources"
+"""Beside a checkpoint's offsets: the bronze tables its query reads (a query's sources are fixed for its life)."""
+
+
+def reads_kraft(lake: Lake, checkpoint: str | Path) -> bool:
+    """Whether the query on ``checkpoint`` reads ``kraft_records``: decided when the checkpoint is new (when the
+    lake has KRaft records), kept after, so a ZooKeeper-only lake's query reads two streams."""
+    path = Path(checkpoint) / SOURCES_FILE
+    if path.exists():
+        reads = KRAFT_RECORDS.name in path.read_text().split()
+        if not reads and lake.exists(KRAFT_RECORDS.name) and lake.row_count(KRAFT_RECORDS.name):
+            log.warning("%s has KRaft records this checkpoint's query does not read: run `zkledger rebuild`",
+                        KRAFT_RECORDS.name)
+        return reads
+    reads = lake.exists(KRAFT_RECORDS.name) and lake.row_count(KRAFT_RECORDS.name) > 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = [ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name, *([KRAFT_RECORDS.name] if reads else [])]
+    path.write_text("\n".join(names) + "\n")
+    return reads
 
 
 def checkpoint_writer(checkpoint: str | Path) -> str:

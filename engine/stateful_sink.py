@@ -75,10 +75,12 @@ DERIVED = DERIVED_TABLES
 
 
 def reset_derived(lake: Lake, writer_id: str) -> None:
-    """Empty every derived table that exists (a rebuild starts over), once per writer."""
+    """Empty every derived table that exists (a rebuild starts over), once per writer; a table an older release
+    wrote takes today's schema (new columns) in the same commit."""
     for spec in DERIVED:
         if lake.exists(spec.name):
-            lake.overwrite(spec.name, arrow_schema(spec).empty_table(), writer_id=f"{writer_id}-reset", batch_seq=0)
+            lake.overwrite(spec.name, arrow_schema(spec).empty_table(), writer_id=f"{writer_id}-reset", batch_seq=0,
+                           new_schema=True)
 
 
 def derived_counts(lake: Lake) -> dict[str, int]:

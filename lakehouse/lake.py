@@ -215,18 +215,20 @@ class Lake:
         return self._write(table, rows, writer_id, batch_seq, "append", metadata)
 
     def overwrite(self, table: str, rows: Rows, writer_id: str, batch_seq: int,
-                  metadata: Mapping[str, str] | None = None) -> bool:
-        """Replace the table's contents once per ``(writer_id, batch_seq)``; False when already done."""
-        return self._write(table, rows, writer_id, batch_seq, "overwrite", metadata)
+                  metadata: Mapping[str, str] | None = None, *, new_schema: bool = False) -> bool:
+        """Replace the table's contents once per ``(writer_id, batch_seq)``; False when already done.
+        ``new_schema``: the table takes the spec's schema too (a derived table written by an older release)."""
+        return self._write(table, rows, writer_id, batch_seq, "overwrite", metadata, new_schema=new_schema)
 
     def _write(self, table: str, rows: Rows, writer_id: str, batch_seq: int, mode: WriteMode,
-               metadata: Mapping[str, str] | None = None) -> bool:
+               metadata: Mapping[str, str] | None = None, *, new_schema: bool = False) -> bool:
         if batch_seq < 0:
             raise ValueError(f"batch_seq must be >= 0, got {batch_seq}")
         data = self.conform(table, rows)
 
         def write(dt: DeltaTable, properties: CommitProperties) -> None:
-            write_deltalake(dt, data, mode=mode, commit_properties=properties)
+            write_deltalake(dt, data, mode=mode, commit_properties=properties,
+                            schema_mode="overwrite" if new_schema else None)
 
         done = self._commit_once(table, writer_id, batch_seq, write, metadata)
         if done:

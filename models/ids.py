@@ -33,3 +33,8 @@ def metadata_event_id(cluster: str, zxid: int, path: str | None, op: str, seq: i
 @functools.lru_cache(maxsize=1 << 16)
 def _znode_id(cluster: str, path: str | None, op: str) -> str:
     return event_id(cluster, "meta", path, op)
+
+
+def episode_end_id(start_id: str) -> str:
+    """Id of the row that ends an episode, from its start row's id: one end per start, in every run."""
+    return event_id(start_id, "end")

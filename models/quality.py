@@ -209,7 +209,8 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
         (Derived.TENURE_ORDERED,),
     ),
     ANOMALIES.name: (
-        (_unique("anomaly_id"), _in("kind", ANOMALY_KINDS), _in("severity", SEVERITIES)),
+        (_unique("anomaly_id"), _in("kind", ANOMALY_KINDS), _in("severity", SEVERITIES), _min("duration_ms", 0),
+         _min("ended_zxid", 0)),
         (),
     ),
     QUALITY_RESULTS.name: ((_in("table_name", tuple(ALL_TABLES)),), ()),

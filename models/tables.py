@@ -122,6 +122,30 @@ QUARANTINE = TableSpec(
     doc="one input a collector could not use (bronze: only collectors write it)",
 )
 
+KRAFT_RECORDS = TableSpec(
+    "kraft_records",
+    (
+        _c("cluster", "string", False),
+        _c("offset", "bigint", False),  # in a snapshot: the offset there (from 0); a gap row: its first missing one
+        _c("batch_base_offset", "bigint", False),
+        _c("batch_last_offset", "bigint", False),  # a gap row: its last missing offset
+        _c("leader_epoch", "int"),  # the batch's partition leader epoch
+        _c("batch_timestamp", "timestamp"),  # the batch's max timestamp
+        _c("is_control", "boolean", False),
+        _c("record_type", "string"),  # a MetadataRecordType or ControlRecordType name; null: undecodable
+        _c("record_version", "int"),
+        _c("key", "binary"),
+        _c("value", "binary"),
+        _c("source", "string", False),  # segment, snapshot, gap
+        _c("snapshot_id", "string"),  # "<end offset>-<epoch>": the snapshot read, or the one covering a gap
+        _c("file_name", "string", False),
+        _c("detail", "string"),  # why a gap, why a record is undecodable
+        _c("collected_at", "timestamp", False),
+    ),
+    key=("cluster", "source", "snapshot_id", "offset"),
+    doc="one record of a KRaft metadata log segment or snapshot, or a gap in the log (bronze: collect kraft)",
+)
+
 DECODE_QUARANTINE = TableSpec(
     "decode_quarantine",
     QUARANTINE.columns,
@@ -264,6 +288,12 @@ ANOMALIES = TableSpec(
         _c("controller_epoch", "int"),
         _c("details", "string"),  # JSON
         _c("evidence", "array<string>"),  # event ids
+        # an episode (a finding with an end, models.anomalies.EPISODE_KINDS): the start row's anomaly_id on both
+        # of its rows; the end row alone holds when it ended and how long it lasted (docs/tables.md)
+        _c("episode_id", "string"),
+        _c("ended_at", "timestamp"),
+        _c("ended_zxid", "bigint"),
+        _c("duration_ms", "bigint"),
     ),
     key=("cluster", "anomaly_id"),
     doc="one finding",
@@ -297,6 +327,7 @@ ALL_TABLES: Final[dict[str, TableSpec]] = {
         ZNODE_EVENTS,
         CONTROLLER_DECISIONS,
         QUARANTINE,
+        KRAFT_RECORDS,
         DECODE_QUARANTINE,
         METADATA_EVENTS,
         PARTITION_TRANSITIONS,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -161,12 +162,14 @@ class BucketState:
     pending_decisions: pa.Table  # detectors.PENDING_DECISIONS: its keys' decisions not settled yet
     zk_time: pa.Table  # ZK_TIME less the cluster: the latest ZooKeeper event time of its cluster (0 or 1 row)
     txnlog: pa.Table  # TXNLOG_RANGE of its cluster
+    open_episodes: pa.Table  # detectors.OPEN_EPISODES: its keys' episodes started and not ended yet
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
         return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
                    _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table(),
-                   D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table(), TXNLOG_RANGE.empty_table())
+                   D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table(), TXNLOG_RANGE.empty_table(),
+                   D.OPEN_EPISODES.empty_table())
 
 
 ZK_TIME = pa.schema([pa.field("cluster", pa.string()), pa.field("zk_time", pa.int64())])
@@ -280,15 +283,16 @@ def fold_bucket(state: BucketState, rows: pa.Table,
 
 
 def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: pa.Table | None,
-                kafka_version: str, zk_time: pa.Table | None = None,
-                txnlog: pa.Table | None = None) -> tuple[dict[str, pa.Table], BucketState]:
+                kafka_version: str, zk_time: pa.Table | None = None, txnlog: pa.Table | None = None,
+                offline_blip: timedelta = D.DEFAULT_OFFLINE_BLIP) -> tuple[dict[str, pa.Table], BucketState]:
     """One bucket's micro-batch in the streaming query: (its rows of each output table by table name, its next
     state).
 
     ``events``: the bucket's routed events (``route``: ``_seq`` and ``_emit`` besides ``metadata_events``'
     columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None; ``zk_time``:
     its cluster's latest ZooKeeper event times this batch (``zk_times``), or None; ``txnlog``: the transaction
-    log's delivered ranges this batch (TXNLOG_RANGE rows), or None. Out: the
+    log's delivered ranges this batch (TXNLOG_RANGE rows), or None; ``offline_blip``: an OFFLINE_PARTITION
+    that ends within it is a blip (``detectors.offline_end_details``). Out: the
     ``metadata_events`` it writes, the transitions, its whole state when the fold changed it, and the anomalies its keys show
     (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
     """
@@ -306,7 +310,10 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
         writes = fold[FoldRecord.WRITE]
         zombies = writes.filter(D.zombie_write_mask(writes)).select(list(ZOMBIE_WRITE_COLUMNS)).to_pylist()
         split = zk_split_brain(cluster, zombies, timeline.tenure) if zombies else []
-        found += [D.detect_illegal_transitions(pt, rt), D.write_anomalies(writes), D.anomaly_rows(split)]
+        episodes, still_open = D.write_episodes(writes, pt, state.open_episodes, offline_blip)
+        if still_open.num_rows or state.open_episodes.num_rows:  # else no part to rewrite
+            state = replace(state, open_episodes=still_open)
+        found += [D.detect_illegal_transitions(pt, rt), D.write_anomalies(writes), episodes, D.anomaly_rows(split)]
         out.update({PARTITION_TRANSITIONS.name: pt, REPLICA_TRANSITIONS.name: rt})
         if fold[FoldRecord.PARTITION_STATE].num_rows or fold[FoldRecord.REPLICA_STATE].num_rows:
             # the bucket's whole state: the sink replaces the bucket's rows with it (no MERGE)

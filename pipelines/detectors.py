@@ -20,10 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakehouse.spark_schema import spark_arrow_schema
-from models.anomalies import SEVERITY, AnomalyKind, SplitBrainReason
+from models.anomalies import BLIP_SEVERITY, DEFAULT_OFFLINE_BLIP_MS, SEVERITY, AnomalyKind, SplitBrainReason
 from models.decisions import FAILURE_KINDS, DecisionKind
-from models.ids import event_id
-from models.states import DEFAULT_KAFKA_VERSION, legal_pairs, partition_valid_previous, replica_valid_previous
+from models.fold import Cause
+from models.ids import episode_end_id, event_id
+from models.states import (
+    DEFAULT_KAFKA_VERSION,
+    PartitionState,
+    legal_pairs,
+    partition_valid_previous,
+    replica_valid_previous,
+)
 from models.tables import ANOMALIES, CONTROLLER_DECISIONS
 from pipelines.arrow_ids import event_ids
 from pipelines.list_kernels import list_contains, list_has_duplicates, list_has_outside
@@ -74,7 +81,7 @@ def shape(rows: pa.Table, mask: Mask, kind: AnomalyKind, details: Sequence[str],
     for c in _ROW_COLUMNS:
         src = cols.get(c, c)
         out[c] = flagged[src] if src is not None and src in flagged.column_names else None
-    arrays = [pa.nulls(n, f.type) if out[f.name] is None else pc.cast(out[f.name], f.type) for f in ANOMALY_SCHEMA]
+    arrays = [pa.nulls(n, f.type) if out.get(f.name) is None else pc.cast(out[f.name], f.type) for f in ANOMALY_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=ANOMALY_SCHEMA)
 
 
@@ -121,17 +128,16 @@ def detect_leader_epoch_regression(w: pa.Table) -> pa.Table:
     return shape(w, pc.less(w["leader_epoch"], w["prev_leader_epoch"]), K.LEADER_EPOCH_REGRESSION, WRITE_DETAILS)
 
 
-def detect_leader_not_in_isr(w: pa.Table) -> pa.Table:
+def leader_not_in_isr_mask(w: pa.Table) -> Mask:
+    """consistent-leader-and-isr: a leader (>= 0) outside the ISR (an empty or null ISR included)."""
     in_isr = pc.fill_null(list_contains(w["isr"], w["leader"]), False)
-    return shape(w, pc.and_kleene(pc.greater_equal(w["leader"], 0), pc.invert(in_isr)), K.LEADER_NOT_IN_ISR,
-                 WRITE_DETAILS)
+    return pc.fill_null(pc.and_kleene(pc.greater_equal(w["leader"], 0), pc.invert(in_isr)), False)
 
 
-def detect_isr_not_subset(w: pa.Table) -> pa.Table:
+def isr_not_subset_mask(w: pa.Table) -> Mask:
     """consistent-leader-and-isr: ISR members outside the assigned replicas (all of them in a reassignment), or
     duplicates."""
-    bad = list_has_outside(w["isr"], w["replicas"]) | list_has_duplicates(w["isr"])
-    return shape(w, pa.array(bad), K.ISR_NOT_SUBSET_OF_REPLICAS, WRITE_DETAILS)
+    return pa.array(list_has_outside(w["isr"], w["replicas"]) | list_has_duplicates(w["isr"]))
 
 
 def detect_leader_not_live(w: pa.Table) -> pa.Table:
@@ -146,16 +152,13 @@ def detect_leader_not_live(w: pa.Table) -> pa.Table:
     return shape(w, pc.and_kleene(dead, _changed_leadership(w)), K.LEADER_NOT_LIVE, WRITE_DETAILS, broker="leader")
 
 
-def detect_offline_partitions(w: pa.Table) -> pa.Table:
-    """A partition going to leader -1 (once per outage, not per write while offline).
-
-    Not while its topic's deletion is pending: the controller takes each replica offline before deleting it.
-    """
-    was_online = pc.or_kleene(pc.is_null(w["prev_leader"]), pc.not_equal(w["prev_leader"], -1))
-    offline = pc.and_kleene(pc.equal(w["leader"], -1), was_online)
+def offline_mask(w: pa.Table) -> Mask:
+    """offline-means-no-leader: a write with leader -1. Not while its topic's deletion is pending: the
+    controller takes each replica offline before deleting it."""
+    offline = pc.fill_null(pc.equal(w["leader"], -1), False)
     if "deletion_pending" in w.column_names:
-        offline = pc.and_kleene(offline, pc.invert(pc.fill_null(w["deletion_pending"], False)))
-    return shape(w, offline, K.OFFLINE_PARTITION, WRITE_DETAILS)
+        offline = pc.and_(offline, pc.invert(pc.fill_null(w["deletion_pending"], False)))
+    return offline
 
 
 def detect_unclean_elections(w: pa.Table) -> pa.Table:
@@ -167,9 +170,127 @@ def detect_unclean_elections(w: pa.Table) -> pa.Table:
 
 
 WRITE_DETECTORS: tuple[Callable[[pa.Table], pa.Table], ...] = (
-    detect_zombie_writes, detect_leader_epoch_regression, detect_leader_not_in_isr, detect_isr_not_subset,
-    detect_leader_not_live, detect_offline_partitions, detect_unclean_elections,
+    detect_zombie_writes, detect_leader_epoch_regression, detect_leader_not_live, detect_unclean_elections,
 )
+"""The checks of one write each (point findings); the write episodes are ``WRITE_EPISODES``."""
+
+
+# --- episodes: write findings with a start and an end ------------------------------------------------------
+WRITE_EPISODES: dict[AnomalyKind, Callable[[pa.Table], Mask]] = {
+    K.OFFLINE_PARTITION: offline_mask, K.LEADER_NOT_IN_ISR: leader_not_in_isr_mask,
+    K.ISR_NOT_SUBSET_OF_REPLICAS: isr_not_subset_mask,
+}
+"""A partition's condition that lasts from the write that breaks the rule to the first one that does not (or
+the partition's deletion): one start row, reported at once, then one end row (``episode_end``)."""
+OPEN_EPISODES = pa.schema([ANOMALY_SCHEMA.field(c) for c in (
+    "kind", "anomaly_id", "event_time", "zxid", "evidence", *_ROW_COLUMNS)])
+"""The start rows of a bucket's episodes not ended yet (what it carries; one per kind and partition at most):
+what their end rows copy, so an end finds the same start whether it came in its batch or was carried."""
+DEFAULT_OFFLINE_BLIP = timedelta(milliseconds=DEFAULT_OFFLINE_BLIP_MS)
+_GONE = str(PartitionState.NON_EXISTENT)
+
+
+def episode_end(start: dict[str, Any], *, end_event: str | None, ended_at: Any, ended_zxid: int | None,
+                details: dict[str, Any], severity: str | None = None) -> dict[str, Any]:
+    """The row that ends the episode ``start`` (its start row, or the carried part of it): the start's
+    subject, time and zxid with the end's, the duration, and an id derived from the start's. ``severity``: the
+    episode's as a whole (default the kind's)."""
+    began = start.get("event_time")
+    # the order is the zxids'; the times are the collectors' clocks, which may disagree by a little
+    duration = None if began is None or ended_at is None else max(0, (ended_at - began) // timedelta(milliseconds=1))
+    evidence = [*(start.get("evidence") or ()), *([end_event] if end_event else [])]
+    row = {c: start.get(c) for c in ANOMALY_SCHEMA.names}
+    row.update(anomaly_id=episode_end_id(start["anomaly_id"]), episode_id=start["anomaly_id"],
+               severity=severity or SEVERITY[AnomalyKind(start["kind"])], detected_at=ended_at or began,
+               ended_at=ended_at, ended_zxid=ended_zxid, duration_ms=duration, evidence=evidence,
+               details=json.dumps({**details, "end_event": end_event}, sort_keys=True, default=str))
+    return row
+
+
+def offline_end_details(start: dict[str, Any], ended_at: Any, offline_blip: timedelta) -> tuple[dict[str, Any], str]:
+    """(the blip verdict for an OFFLINE_PARTITION end's details, the episode's severity): a blip ended within
+    ``offline_blip`` of its start (a failover's leader -1 before the next election), an outage did not."""
+    began = start.get("event_time")
+    blip = began is not None and ended_at is not None and ended_at - began <= offline_blip
+    verdict = {"blip": blip, "blip_threshold_ms": offline_blip // timedelta(milliseconds=1)}
+    return verdict, BLIP_SEVERITY if blip else SEVERITY[K.OFFLINE_PARTITION]
+
+
+def _key_ints(t: pa.Table, topics: pa.Array) -> np.ndarray:
+    """(topic, partition) as one int64 per row, topics coded by their place in ``topics``."""
+    code = pc.fill_null(pc.index_in(t["topic"], topics), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    part = pc.fill_null(t["partition"], -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    out: np.ndarray = (code << 32) | (part & 0xFFFF_FFFF)
+    return out
+
+
+def write_episodes(writes: pa.Table, pt: pa.Table, carried: pa.Table,
+                   offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> tuple[pa.Table, pa.Table]:
+    """(the start and end rows of the WRITE_EPISODES, the episodes still open) of a bucket's batch.
+
+    ``writes``: the fold's enriched state writes; ``pt``: its partition transitions (a deletion step to
+    NonExistentPartition ends a partition's episodes); ``carried``: OPEN_EPISODES from earlier batches. Per
+    partition in zxid order, a write that breaks a rule after one that did not (or after nothing carried)
+    starts an episode (the row the per-write check made, same id); the next write that keeps the rule ends it.
+    The rule is per partition and in its order only, so any cut of the history into batches gives the same
+    rows."""
+    gone = pt.filter(pc.fill_null(pc.and_(pc.equal(pt["to_state"], _GONE),
+                                          pc.equal(pt["cause"], str(Cause.TOPIC_DELETION))), False))
+    if writes.num_rows == 0 and (gone.num_rows == 0 or carried.num_rows == 0):
+        return ANOMALY_SCHEMA.empty_table(), carried
+    obs = pa.concat_tables([writes.append_column("_gone", pa.array(np.zeros(writes.num_rows, bool))),
+                            gone.select(["cluster", "topic", "partition", "zxid", "event_time", "event_id"]).append_column(
+                                "_gone", pa.array(np.ones(gone.num_rows, bool)))], promote_options="default")
+    obs = obs.sort_by([("topic", "ascending"), ("partition", "ascending"), ("zxid", "ascending"),
+                       ("_gone", "ascending"), ("event_id", "ascending")])
+    topics = pc.unique(pa.chunked_array([*obs["topic"].chunks, *carried["topic"].chunks], pa.string()))
+    key, carried_key = _key_ints(obs, topics), _key_ints(carried, topics)
+    n = obs.num_rows
+    at = np.arange(n)
+    first = np.r_[True, key[1:] != key[:-1]] if n else np.zeros(0, bool)
+    last = np.r_[key[1:] != key[:-1], True] if n else np.zeros(0, bool)
+    seg_first = np.maximum.accumulate(np.where(first, at, 0)) if n else at
+    is_gone = obs["_gone"].to_numpy(zero_copy_only=False)
+    found: list[pa.Table] = []
+    ends: list[dict[str, Any]] = []
+    still_open = [carried.filter(pa.array(~np.isin(carried_key, key)))]  # partitions this batch did not touch
+    for kind, rule in WRITE_EPISODES.items():
+        mine = pc.equal(carried["kind"], str(kind)).to_numpy(zero_copy_only=False)
+        by_key = {int(k): i for i, k in enumerate(carried_key) if mine[i]}
+        was_open = np.array([int(k) in by_key for k in key[first]], bool)
+        bad = np.asarray(pc.fill_null(rule(obs), False).to_numpy(zero_copy_only=False), bool) & ~is_gone
+        before = np.r_[False, bad[:-1]] if n else bad
+        before[first] = was_open
+        start, end = bad & ~before, ~bad & before
+        starts = shape(obs, pa.array(start), kind, WRITE_DETAILS)
+        starts = starts.set_column(starts.schema.get_field_index("episode_id"), "episode_id", starts["anomaly_id"])
+        found.append(starts)
+        row_of_start = np.full(n, -1)
+        row_of_start[start] = np.arange(int(start.sum()))
+        latest = np.maximum.accumulate(np.where(start, at, -1)) if n else at
+        start_rows = starts.to_pylist() if end.any() else []
+        for i in np.flatnonzero(end):
+            j = latest[i]
+            began = start_rows[row_of_start[j]] if j >= seg_first[i] else carried.slice(by_key[int(key[i])], 1).to_pylist()[0]
+            began = {**began, "cluster": obs["cluster"][i].as_py()}
+            ended_at, zxid = obs["event_time"][i].as_py(), obs["zxid"][i].as_py()
+            details: dict[str, Any] = {"ended_by": "topic deletion" if is_gone[i] else "write"}
+            if not is_gone[i]:
+                details.update({c: obs[c][i].as_py() for c in ("leader", "leader_epoch", "isr")})
+            severity = None
+            if kind == K.OFFLINE_PARTITION:
+                verdict, severity = offline_end_details(began, ended_at, offline_blip)
+                details.update(verdict)
+            ends.append(episode_end(began, end_event=obs["event_id"][i].as_py(), ended_at=ended_at, ended_zxid=zxid,
+                                    details=details, severity=severity))
+        open_at_last = last & bad
+        from_batch = open_at_last & (latest >= seg_first)
+        still_open.append(starts.take(pa.array(row_of_start[latest[from_batch]], pa.int64()))
+                          .select(OPEN_EPISODES.names))
+        kept = [by_key[int(k)] for k in key[open_at_last & ~from_batch]]
+        still_open.append(carried.take(pa.array(kept, pa.int64())))
+    opened = pa.concat_tables([t.select(OPEN_EPISODES.names).cast(OPEN_EPISODES) for t in still_open])
+    return concat([*found, anomaly_rows(ends)]), opened
 
 
 # --- from the fold's transitions ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ driver for small histories and tests. Arrow only: no Spark, no lake.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -18,8 +19,9 @@ import pyarrow.compute as pc
 
 from lakehouse.spark_schema import spark_arrow_schema
 from models.events import Source
+from models.kraft_image import MetadataImage
 from models.states import DEFAULT_KAFKA_VERSION
-from models.tables import METADATA_EVENTS
+from models.tables import KRAFT_RECORDS, METADATA_EVENTS
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
@@ -36,7 +38,8 @@ from pipelines.bucket_fold import (
 )
 from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
 from pipelines.decode import decode_table, split_decoded
-from pipelines.detectors import GAP_COLUMNS
+from pipelines.detectors import DEFAULT_OFFLINE_BLIP, GAP_COLUMNS
+from pipelines.kraft_stage import KRAFT_STAGE, KraftState, kraft_step, route_kraft_rows
 
 SEQ_COLUMN = "_seq"
 META_SEQ = pa.schema([*spark_arrow_schema(METADATA_EVENTS), pa.field(SEQ_COLUMN, pa.int32()),
@@ -46,7 +49,8 @@ whether a transaction-log row gave it."""
 GLOBAL_SCHEMA = pa.schema([META_SEQ.field(c) for c in GLOBAL_COLUMNS])
 ROUTED_EVENTS = META_SEQ.append(pa.field(EMIT_COLUMN, pa.bool_()))
 
-KeyState = BucketState | ClusterState
+KRAFT_ROWS = spark_arrow_schema(KRAFT_RECORDS)
+KeyState = BucketState | ClusterState | KraftState
 
 
 def route_znode_rows(bronze: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
@@ -77,20 +81,32 @@ def route_decision_rows(decisions: pa.Table, buckets: int) -> list[tuple[StreamP
     return [(StreamPart.DECISIONS, route_decisions(decisions, buckets))]
 
 
+def route_kraft_records(records: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
+    """Bronze ``kraft_records`` rows, each to its cluster's KRaft key (``pipelines.kraft_stage``)."""
+    return [(StreamPart.KRAFT, route_kraft_rows(records))]
+
+
 def empty_state(bucket: int) -> KeyState:
     """A key's state before its first batch."""
+    if bucket == KRAFT_STAGE:
+        return KraftState(MetadataImage(), BucketState.empty(META_SEQ), ClusterState.empty(GLOBAL_SCHEMA))
     return ClusterState.empty(GLOBAL_SCHEMA) if bucket == CLUSTER_STAGE else BucketState.empty(META_SEQ)
 
 
 def step_key(cluster: str, bucket: int, parts: dict[StreamPart, pa.Table], state: KeyState,
-             kafka_version: str = DEFAULT_KAFKA_VERSION) -> tuple[dict[str, pa.Table], KeyState]:
+             kafka_version: str = DEFAULT_KAFKA_VERSION,
+             offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> tuple[dict[str, pa.Table], KeyState]:
     """One key's batch: (its rows of each output table by table name, its next state). ``parts``: the routed
-    rows the key received this batch, by kind, without the ``bucket`` column."""
+    rows the key received this batch, by kind, without the ``bucket`` column; ``offline_blip``: settings
+    ``pipeline.offline_blip_ms``."""
     if isinstance(state, ClusterState):
         return cluster_step(cluster, state, parts)
+    if isinstance(state, KraftState):
+        return kraft_step(cluster, state, parts.get(StreamPart.KRAFT, KRAFT_ROWS.empty_table()), META_SEQ,
+                          kafka_version, offline_blip)
     events = parts.get(StreamPart.EVENTS, ROUTED_EVENTS.empty_table())
     return bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), kafka_version,
-                       parts.get(StreamPart.ZK_TIME), parts.get(StreamPart.TXNLOG))
+                       parts.get(StreamPart.ZK_TIME), parts.get(StreamPart.TXNLOG), offline_blip)
 
 
 def by_key(rows: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:

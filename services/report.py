@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from models.anomalies import duration_text, is_episode_end
 from models.events import MetadataEventType
 from models.tables import (
     ANOMALIES,
@@ -339,10 +340,14 @@ def anomalies_section(data: ReportData) -> str:
         ctrl = "" if a.get("controller_id") is None else f"{a['controller_id']} (epoch {a.get('controller_epoch')})"
         sev = a.get("severity", "")
         evidence = "<br>".join(esc(e) for e in (a.get("evidence") or []))
+        when = _t(a.get("event_time"))
+        if is_episode_end(a):  # the row that ends an episode holds its interval
+            lasted = "" if a.get("duration_ms") is None else f" (lasted {duration_text(int(a['duration_ms']))})"
+            when += f" to {_t(a.get('ended_at'))}{lasted}"
         body.append(
             f"<tr><td><b>{esc(a['kind'])}</b></td>"
             f"<td><span class='chip' style='background:{SEVERITY_COLORS.get(sev, '#777')}'>{esc(sev)}</span></td>"
-            f"<td>{esc(_t(a.get('event_time')))}</td><td>{esc(_v(a.get('zxid')))}</td><td>{esc(tp)}</td>"
+            f"<td>{esc(when)}</td><td>{esc(_v(a.get('zxid')))}</td><td>{esc(tp)}</td>"
             f"<td>{esc(ctrl)}</td><td>{_details(a.get('details'))}</td><td class='ev'>{evidence}</td></tr>"
         )
     return (

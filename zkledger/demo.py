@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from models.anomalies import describe
+from models.anomalies import describe_group, findings, group_findings
 from models.tables import ANOMALIES
+from services.sanitize import terminal_safe
 from zkledger.context import Context
 
 log = logging.getLogger(__name__)
@@ -129,9 +130,10 @@ def _anomalies(lake: Any) -> list[dict[str, Any]]:
 
 
 def print_summary(res: DemoResult, out: TextIO) -> None:
-    print(f"\n{len(res.found)} anomalies found:", file=out)
-    for row in res.found:
-        print("  " + describe(row), file=out)
+    groups = group_findings(res.found)
+    print(f"\n{len(res.found)} anomalies found ({len(findings(res.found))} findings, like ones grouped):", file=out)
+    for group in groups:
+        print("  " + terminal_safe(describe_group(group)), file=out)
     verdict = "all expected kinds found" if not res.missing else f"MISSING: {', '.join(sorted(res.missing))}"
     print(f"\nexpected kinds: {', '.join(sorted(res.expected_kinds))} -> {verdict}", file=out)
     if res.unexpected:

@@ -64,7 +64,8 @@ def test_every_command_has_help(name: str, capsys: pytest.CaptureFixture[str]) -
 
 def test_contract_commands_are_registered_with_their_options(capsys: pytest.CaptureFixture[str]) -> None:
     for argv, option in [(["zk"], "--data-dir"), (["state"], "--zxid"), (["anomalies"], "--kind"),
-                         (["report"], "--out"), (["monitor"], "--available-now"), (["collect", "txnlog"], "--dir")]:
+                         (["report"], "--out"), (["monitor"], "--available-now"), (["collect", "txnlog"], "--dir"),
+                         (["collect", "kraft"], "--dir")]:
         with pytest.raises(SystemExit):
             main([*argv, "--help"])
         assert option in capsys.readouterr().out, argv

@@ -35,7 +35,7 @@ from engine.monitor import drain_monitor
 from engine.rebuild import rebuild
 from engine.stateful_sink import COMMITTED, DERIVED
 from lakehouse import Lake
-from models.anomalies import describe
+from models.anomalies import describe_group, group_findings
 from models.tables import ANOMALIES, CONTROLLER_DECISIONS, METADATA_EVENTS, PARTITION_STATE, ZNODE_EVENTS
 from services.sanitize import terminal_safe
 from tests.conftest import assert_same_tables
@@ -259,8 +259,22 @@ def monitor_killed_and_restarted(ctx: Ctx) -> Lake:
     assert "caught up" in last.stdout
     assert _last_batch(dst) == 2
     printed = [line for run in (first, second, last) for line in run.stdout.splitlines() if line.startswith("[")]
-    assert Counter(printed) == Counter(terminal_safe(describe(r)) for r in ctx.set.anomalies())
+    assert Counter(printed) == _published_lines(dst)
+    assert sorted(r["anomaly_id"] for r in dst.read_arrow(ANOMALIES.name).to_pylist()) == sorted(
+        r["anomaly_id"] for r in ctx.set.anomalies())
     return dst
+
+
+def _published_lines(lake: Lake) -> Counter[str]:
+    """What the monitor prints: each committed batch's new anomalies (one append of the table per batch), like
+    findings grouped on one line each."""
+    lines: Counter[str] = Counter()
+    seen: set[str] = set()
+    for version in range((lake.version(ANOMALIES.name) or 0) + 1):
+        rows = lake.read_arrow(ANOMALIES.name, version=version).to_pylist()
+        lines.update(terminal_safe(describe_group(g)) for g in group_findings(r for r in rows if r["anomaly_id"] not in seen))
+        seen |= {r["anomaly_id"] for r in rows}
+    return lines
 
 
 @dataclass(frozen=True)

@@ -33,3 +33,22 @@ def test_one_row_per_id_at_its_lowest_zxid_then_lowest_last_evidence() -> None:
 def test_the_sink_writes_every_derived_table_in_one_way() -> None:
     ways = [ANOMALIES, *APPENDED, *REPLACED]
     assert sorted(t.name for t in ways) == sorted(t.name for t in DERIVED_TABLES)
+
+
+def test_a_rebuild_gives_an_older_release_s_anomalies_table_today_s_columns(tmp_path: object) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    from engine.stateful_sink import reset_derived
+    from lakehouse import Lake
+
+    lake = Lake(str(tmp_path), "c")
+    today = spark_arrow_schema(ANOMALIES)
+    older = pa.schema([f for f in today if f.name not in ("episode_id", "ended_at", "ended_zxid", "duration_ms")])
+    write_deltalake(lake.table_path(ANOMALIES.name), older.empty_table())  # as a release before them wrote it
+
+    def columns() -> set[str]:
+        return {f.name for f in DeltaTable(lake.table_path(ANOMALIES.name)).schema().fields}
+
+    assert "episode_id" not in columns()
+    reset_derived(lake, "rebuild")
+    assert set(today.names) <= columns()

@@ -24,6 +24,7 @@ from kafkalab.cluster import kafka_line
 from kafkalab.runner import LabResult, LabRun
 from kafkalab.scenarios import FAULT, ROUTINE, SCENARIOS
 from lakehouse import Lake
+from models.anomalies import BLIP_SEVERITY, DEFAULT_OFFLINE_BLIP_MS
 from models.anomalies import AnomalyKind as K
 from models.decisions import LogTemplate
 from models.events import Source, ZnodeOp
@@ -141,6 +142,34 @@ def test_an_offline_partition_is_found(lab: LabResult) -> None:
     rows = verify.anomalies_by_phase(lab.anomalies, lab.phases)["offline-partition"]
     assert any(r["kind"] == K.OFFLINE_PARTITION and r["topic"] == topic and r["partition"] == int(part)
                for r in rows)
+
+
+def test_an_offline_partition_ends_as_an_outage_not_a_blip(lab: LabResult) -> None:
+    """The only replica down past a second and a broker start: its episode's end is no blip."""
+    ph = phase(lab, "offline-partition")
+    topic, part = ph.notes["partition"].rsplit("-", 1)
+    ends = [r for r in verify.anomalies_by_phase(lab.anomalies, lab.phases)["offline-partition"]
+            if r["kind"] == K.OFFLINE_PARTITION and r["ended_zxid"] is not None
+            and (r["topic"], r["partition"]) == (topic, int(part))]
+    assert len(ends) == 1 and json.loads(ends[0]["details"])["blip"] is False
+    assert ends[0]["duration_ms"] > DEFAULT_OFFLINE_BLIP_MS and ends[0]["severity"] == "error"
+
+
+def test_a_killed_controllers_partitions_go_leaderless_for_a_blip(lab: LabResult) -> None:
+    """kill -9 of the controller: its successor writes leader -1 for the partitions the dead broker led and
+    elects new leaders from their ISRs a few zxids later: blips. A partition whose only replica was on the dead
+    broker (rf1) waits for it to come back: an outage."""
+    ph = phase(lab, "controller-failover")
+    rows = verify.anomalies_by_phase(lab.anomalies, lab.phases)["controller-failover"]
+    ends = [r for r in rows if r["kind"] == K.OFFLINE_PARTITION and r["ended_zxid"] is not None]
+    moved = [r for r in ends if json.loads(r["details"]).get("leader") != ph.notes["old"]]
+    assert moved, "the killed controller led no partition that another replica could take over"
+    for end in moved:
+        assert json.loads(end["details"])["blip"] is True, (end["topic"], end["partition"], end["duration_ms"])
+        assert end["severity"] == BLIP_SEVERITY and end["duration_ms"] <= DEFAULT_OFFLINE_BLIP_MS
+    for end in ends:
+        if end not in moved:  # led again by the returning broker: it was down for seconds
+            assert json.loads(end["details"])["blip"] is False, (end["topic"], end["partition"], end["duration_ms"])
 
 
 def test_a_controller_failover_is_a_new_tenure_with_the_new_controller(lab: LabResult) -> None:

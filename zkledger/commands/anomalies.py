@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from models.anomalies import AnomalyKind, describe
+from models.anomalies import AnomalyKind, describe_group, findings, group_findings
 from models.tables import ANOMALIES
 from services.errors import UserError
 from services.sanitize import terminal_safe
@@ -18,7 +18,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("anomalies", help="list anomalies", description="List anomalies.")
     parser.add_argument("--since", metavar="TIME", default=None, help="only anomalies at or after this time (ISO 8601; naive = UTC)")
     parser.add_argument("--kind", metavar="KIND", default=None, help="only this anomaly kind")
-    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="table: one line per group of like findings (an episode's start and end as one); "
+                             "json: one row per anomaly")
     parser.set_defaults(handler=run)
 
 
@@ -43,9 +45,13 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
     since = parse_time(args.since) if args.since else None
     ctx.require_table(ANOMALIES.name)
     rows = select(ctx.lake.read_arrow(ANOMALIES.name).to_pylist(), since, args.kind)
-    for r in rows:
-        if args.format == "json":
+    if args.format == "json":
+        for r in rows:
             print(json.dumps(r, default=str, sort_keys=True))
-        else:
-            print(terminal_safe(describe(r)))  # details come from logs and znodes: no raw ESC/BEL
-    return f"{len(rows)} anomalies"
+        return f"{len(rows)} anomalies"
+    groups = group_findings(rows)
+    for group in groups:
+        print(terminal_safe(describe_group(group)))  # details come from logs and znodes: no raw ESC/BEL
+    if len(groups) == len(rows):
+        return f"{len(rows)} anomalies"
+    return f"{len(rows)} anomalies ({len(findings(rows))} findings, like ones grouped: {len(groups)} lines)"

@@ -1,4 +1,4 @@
-"""`zkledger collect zk|txnlog|logs`: run a collector into the lake's bronze tables."""
+"""`zkledger collect zk|txnlog|logs|kraft`: run a collector into the lake's bronze tables."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from services.errors import UserError
+from services.metrics import add_metrics_argument, metrics_server
 from services.progress import Progress
 from zkledger.context import Context
 
@@ -31,6 +32,7 @@ def register(subparsers: Any) -> None:
                     help="ZooKeeper to watch, HOST:PORT[,HOST:PORT...] (default: [zookeeper] hosts in the settings)")
     zk.add_argument("--chroot", metavar="PATH", default=None, help="subtree to watch, e.g. /kafka (default: settings)")
     zk.add_argument("--duration", metavar="S", type=float, default=None, help="stop after S seconds")
+    add_metrics_argument(zk)
     txn = sub.add_parser("txnlog", help="ZooKeeper transaction log reader -> znode_events",
                          description="Read <dir>/version-2/log.* (and the oldest usable snapshot when older logs "
                          "were purged) into znode_events; resumes after the largest zxid already stored.")
@@ -38,6 +40,7 @@ def register(subparsers: Any) -> None:
     txn.add_argument("--follow", action="store_true", help="keep reading as the log grows (until SIGTERM/SIGINT)")
     txn.add_argument("--chroot", metavar="PATH", default=None,
                      help="keep only this subtree, paths relative to it (default: settings)")
+    add_metrics_argument(txn)
     logs = sub.add_parser("logs", help="Kafka controller.log / state-change.log parser -> controller_decisions",
                           description="Parse Kafka controller.log, state-change.log and server.log files (a folder "
                           "is searched recursively, rotated files included) into controller_decisions; lines that "
@@ -47,6 +50,17 @@ def register(subparsers: Any) -> None:
     logs.add_argument("--broker-id", metavar="N", type=int, default=None,
                       help="broker that wrote the logs (default: from a broker-N or kafka_N folder name, else from "
                       "the log lines)")
+    add_metrics_argument(logs)
+    kraft = sub.add_parser("kraft", help="KRaft metadata log reader -> kraft_records",
+                           description="Read the segments of a KRaft controller's or broker's metadata log "
+                           "(__cluster_metadata-0, read-only; a copy works too) into kraft_records, one row per "
+                           "record, control records included. Where segments were deleted before they were read, "
+                           "a snapshot covering them is read instead and a gap row names it; malformed batches and "
+                           "undecodable records go to quarantine. Resumes after the last offset stored.")
+    kraft.add_argument("--dir", metavar="METADATA_LOG_DIR", required=True,
+                       help="__cluster_metadata-0, or the log directory (metadata.log.dir) that holds it")
+    kraft.add_argument("--follow", action="store_true",
+                       help="keep reading as Kafka appends to the log (until SIGTERM/SIGINT)")
     parser.set_defaults(handler=run)
 
 
@@ -55,6 +69,8 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
         return _collect_zk(args, ctx)
     if args.source == "txnlog":
         return _collect_txnlog(args, ctx)
+    if args.source == "kraft":
+        return _collect_kraft(args, ctx)
     return _collect_logs(args, ctx)
 
 
@@ -96,13 +112,13 @@ def _collect_zk(args: argparse.Namespace, ctx: Context) -> str:
     if args.duration is not None and args.duration <= 0:
         raise UserError(f"--duration must be positive, got {args.duration}")
     zs = ctx.settings.zookeeper
-    collector = ZkWatchCollector(
-        ctx.lake, hosts, _chroot(args.chroot, ctx), auth_data=zs.auth_data, use_ssl=zs.tls.use_ssl,
-        certfile=zs.tls.certfile, keyfile=zs.tls.keyfile, ca=zs.tls.ca, verify_certs=zs.tls.verify,
-        timeout=zs.session_timeout_s, batch_size=ctx.settings.collect.batch_size,
-        flush_seconds=ctx.settings.collect.flush_seconds,
-    )
-    with _stop_on_signals() as stop:
+    with metrics_server("collect-zk", args.metrics_port, ctx.settings) as metrics, _stop_on_signals() as stop:
+        collector = ZkWatchCollector(
+            ctx.lake, hosts, _chroot(args.chroot, ctx), auth_data=zs.auth_data, use_ssl=zs.tls.use_ssl,
+            certfile=zs.tls.certfile, keyfile=zs.tls.keyfile, ca=zs.tls.ca, verify_certs=zs.tls.verify,
+            timeout=zs.session_timeout_s, batch_size=ctx.settings.collect.batch_size,
+            flush_seconds=ctx.settings.collect.flush_seconds, metrics=metrics,
+        )
         if args.duration is not None:
             timer = threading.Timer(args.duration, stop.set)
             timer.daemon = True
@@ -136,11 +152,12 @@ def _collect_txnlog(args: argparse.Namespace, ctx: Context) -> str:
         raise UserError(f"--dir {args.dir}: no such directory")
     if not log_files(data_dir) and not args.follow:
         raise UserError(f"--dir {args.dir}: no ZooKeeper transaction logs (version-2/log.*) found")
-    with _stop_on_signals() as stop, _one_writer(), Progress(label="znode events") as progress:
+    with metrics_server("collect-txnlog", args.metrics_port, ctx.settings) as metrics, _stop_on_signals() as stop, \
+            _one_writer(), Progress(label="znode events") as progress:
         collector = TxnLogCollector(
             ctx.lake, data_dir, follow=args.follow, chroot=_chroot(args.chroot, ctx),
             batch_size=ctx.settings.collect.batch_size, poll_seconds=ctx.settings.collect.poll_seconds,
-            flush_seconds=ctx.settings.collect.flush_seconds, progress=progress.advance,
+            flush_seconds=ctx.settings.collect.flush_seconds, progress=progress.advance, metrics=metrics,
         )
         summary = collector.run(stop)
     line = _line("txnlog", summary) + f", last zxid {summary.get('last_zxid')}"
@@ -171,12 +188,43 @@ def _collect_logs(args: argparse.Namespace, ctx: Context) -> str:
         raise UserError(f"--broker-id must be a broker id (0 .. {INT32_MAX}), got {args.broker_id}")
     from collectors.kafka_logs import LogPathError, TruncatedLogError, collect_logs
 
-    with _stop_on_signals() as stop, _one_writer(), Progress(label="log records") as progress:
+    with metrics_server("collect-logs", args.metrics_port, ctx.settings) as metrics, _stop_on_signals() as stop, \
+            _one_writer(), Progress(label="log records") as progress:
         try:
             summary = collect_logs(ctx.lake, args.path, follow=args.follow, broker_id=args.broker_id,
-                                   progress=progress.set, stop_event=stop)  # called with lines read so far
+                                   progress=progress.set, stop_event=stop,  # called with lines read so far
+                                   metrics=metrics)
         except (TruncatedLogError, LogPathError) as exc:
             raise UserError(str(exc)) from exc
     return (f"collect logs: {summary.get('records', 0)} decisions from {summary.get('files', 0)} file(s), "
             f"{summary.get('lines', 0)} lines, {summary.get('quarantined', 0)} quarantined, "
             f"{summary.get('rotations', 0)} rotations")
+
+
+def _collect_kraft(args: argparse.Namespace, ctx: Context) -> str:
+    from collectors.kraft_collect import KraftCollector
+    from collectors.kraft_log import KraftLogError, MetadataLogDir, NotAMetadataLogDirError
+
+    given = Path(args.dir)
+    if not given.is_dir():
+        raise UserError(f"--dir {args.dir}: no such directory")
+    try:
+        log_dir = MetadataLogDir(given)
+    except NotAMetadataLogDirError as exc:
+        raise UserError(f"--dir {args.dir}: not a KRaft metadata log (no __cluster_metadata-0 here)") from exc
+    if not log_dir.segments() and not args.follow:
+        raise UserError(f"--dir {args.dir}: no log segments (*.log) in {log_dir.path.name}")
+    with _stop_on_signals() as stop, _one_writer(), Progress(label="kraft records") as progress:
+        collector = KraftCollector(
+            ctx.lake, log_dir.path, follow=args.follow, batch_size=ctx.settings.collect.batch_size,
+            poll_seconds=ctx.settings.collect.poll_seconds, flush_seconds=ctx.settings.collect.flush_seconds,
+            progress=progress.advance,
+        )
+        try:
+            summary = collector.run(stop)
+        except (KraftLogError, OSError) as exc:
+            raise UserError(f"collect kraft: {exc}") from exc
+    line = (f"collect kraft: {summary['records']} records written ({summary['snapshot_records']} from snapshots), "
+            f"{summary['gaps']} gaps, {summary['quarantined']} quarantined, next offset {summary['next_offset']}")
+    unreadable = summary.get("unreadable") or []
+    return line + (f"; unreadable: {'; '.join(unreadable)}" if unreadable else "")

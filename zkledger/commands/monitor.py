@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from services.metrics import Metrics, add_metrics_argument, metrics_server
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
                               trigger_seconds=trigger, available_now=args.available_now,
                               buckets=ctx.settings.pipeline.buckets, publish=publish, quality=quality,
                               max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
-                              maintain_every_s=3600 * maintain_hours)
+                              maintain_every_s=3600 * maintain_hours,
+                              offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms))
         if watch is not None:
             watch.listen(spark, query)
         _until_stopped(query, alerter, watch)

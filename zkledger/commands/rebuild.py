@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from typing import Any
 
 from models.tables import (
@@ -29,7 +30,8 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
 
     counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake,
                      stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
-                     buckets=ctx.settings.pipeline.buckets)
+                     buckets=ctx.settings.pipeline.buckets,
+                     offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms))
     return (f"rebuilt {counts[METADATA_EVENTS.name]} metadata events, {counts[PARTITION_TRANSITIONS.name]} partition and "
             f"{counts[REPLICA_TRANSITIONS.name]} replica transitions, {counts[ANOMALIES.name]} anomalies "
             f"({counts[DECODE_QUARANTINE.name]} quarantined)")
