@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -51,12 +51,16 @@ from models.kraft_records import (
 )
 from models.tables import KRAFT_RECORDS, QUARANTINE
 
+if TYPE_CHECKING:
+    from services.metrics import Metrics
+
 log = logging.getLogger(__name__)
 
 SEGMENT = "segment"
 SNAPSHOT = "snapshot"
 GAP = "gap"
-QUARANTINE_SOURCE = "kraft"
+SOURCE = "kraft"  # the quarantine rows' source column, and the metrics' source label
+QUARANTINE_SOURCE = SOURCE
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable batch, kept (hex) in its quarantine row
 
 LIVE_TAIL_GRACE_S = 2.0
@@ -394,8 +398,10 @@ class KraftCollector:
         poll_seconds: float = 0.5,
         flush_seconds: float = 1.0,
         progress: Callable[[int], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.lake = lake
+        self.metrics = metrics  # services.metrics: told of commits, positions, gaps and quarantined stretches
         self.log_dir = MetadataLogDir(log_dir)  # NotAMetadataLogDirError for anything else
         self.follow = follow
         self.batch_size = max(1, batch_size)
@@ -450,6 +456,8 @@ class KraftCollector:
     def poll_once(self) -> None:
         """Read what is new in the log directory and commit it (following: at most every ``flush_seconds``)."""
         self.lease.acquire()
+        if self.metrics is not None:
+            self.metrics.source_connected(self.log_dir.path.is_dir())
         stream = self.log if self.log is not None else self._start()
         segments = self.log_dir.segments()
         for i, segment in enumerate(segments):
@@ -463,6 +471,8 @@ class KraftCollector:
             self._read_file(stream, segment.path, cursor, closed=following is not None)
         if not self.follow or time.monotonic() - self._last_commit >= self.flush_seconds:
             self._flush(stream)
+        if self.metrics is not None:
+            self.metrics.loop_turned(idle=not len(stream.pending))
 
     def _start(self) -> _Stream:
         last = self.lake.last_batch_seq(KRAFT_RECORDS.name, self.writer_id)
@@ -524,6 +534,8 @@ class KraftCollector:
             "file_name": file_name, "detail": detail, "collected_at": _now_micros(),
         })
         self.gaps += 1
+        if self.metrics is not None:
+            self.metrics.gap(SOURCE)
 
     # ----------------------------------------------------------------- reading files
     def _read_file(self, stream: _Stream, path: Path, cursor: _Cursor, *, closed: bool) -> None:
@@ -620,6 +632,9 @@ class KraftCollector:
                     ref = f"{path.resolve()}:{batch.position}#{offset}"
                     self._quarantine_row(stream, raw, f"offset {offset}: {reason}", ref)
             stamp = batch.max_timestamp * 1000 if batch.max_timestamp >= 0 else None
+            if self.metrics is not None and stream.source == SEGMENT:
+                self.metrics.seen(SOURCE, batch.last_offset,
+                                  None if stamp is None else stamp / 1_000_000)
             stream.pending.add_batch(
                 (batch.base_offset, batch.last_offset, batch.partition_leader_epoch, stamp, batch.is_control,
                  stream.source, stream.snapshot, path.name, _now_micros()),
@@ -652,7 +667,12 @@ class KraftCollector:
     def _flush(self, stream: _Stream) -> None:
         """Commit the pending quarantine rows, then the pending records (``batch_seq`` = the next offset)."""
         if stream.pending_quarantine:
+            before = self.quarantine.rows_written
             self.quarantine.write(stream.pending_quarantine)
+            if self.metrics is not None:
+                self.metrics.rows_committed(QUARANTINE.name, SOURCE, self.quarantine.rows_written - before)
+                for row in stream.pending_quarantine:
+                    self.metrics.quarantined(SOURCE, str(row["reason"]))
             stream.pending_quarantine = []
         pending = stream.pending
         if not len(pending):
@@ -663,5 +683,9 @@ class KraftCollector:
             stream.rows_written += records
             if self.progress is not None:
                 self.progress(records)
+            if self.metrics is not None:
+                self.metrics.rows_committed(KRAFT_RECORDS.name, SOURCE, records)
+                if stream.source == SEGMENT:
+                    self.metrics.committed(SOURCE, stream.next_offset - 1)
         self._last_commit = time.monotonic()
         stream.pending = _Pending()

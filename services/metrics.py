@@ -45,11 +45,12 @@ from models.tables import ALL_TABLES, DERIVED_TABLES
 
 log = logging.getLogger(__name__)
 
-COMMANDS: Final = ("collect-zk", "collect-txnlog", "collect-logs", "monitor")
+COMMANDS: Final = ("collect-zk", "collect-txnlog", "collect-logs", "collect-kraft", "monitor")
 SOURCES: Final[Mapping[str, tuple[str, ...]]] = {
     "collect-zk": ("watch", "resync"),
     "collect-txnlog": ("txnlog",),
     "collect-logs": ("logs",),
+    "collect-kraft": ("kraft",),
     "monitor": ("lake",),
 }
 """The ``source`` label values each command uses (a collector's rows carry them in their ``source`` column)."""

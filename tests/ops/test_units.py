@@ -20,6 +20,8 @@ EXPECTED = {
     "zkledger-collect-zk.service": ["collect", "zk"],
     "zkledger-collect-txnlog.service": ["collect", "txnlog", "--dir", "/var/lib/zookeeper", "--follow"],
     "zkledger-collect-logs.service": ["collect", "logs", "--path", "/var/log/kafka", "--follow"],
+    "zkledger-collect-kraft.service": ["collect", "kraft", "--dir", "/var/lib/kafka/metadata/__cluster_metadata-0",
+                                       "--follow"],
     "zkledger-monitor.service": ["monitor"],
 }
 

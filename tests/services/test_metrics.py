@@ -270,3 +270,24 @@ def _version() -> str:
     from services.metrics import version
 
     return version()
+
+
+def test_kraft_collector_reports_what_it_commits(tmp_path: Path) -> None:
+    from collectors.kraft_collect import KraftCollector
+    from lakehouse import Lake
+    from tests.collectors.kraft_fixtures import MetadataLog
+
+    lake = Lake(tmp_path / "lake", cluster="k")
+    log = MetadataLog.create(tmp_path / "metadata")
+    log.topics(*(f"t{i}" for i in range(5)))
+    log.topics("u")
+    metrics = Metrics("collect-kraft")
+    summary = KraftCollector(lake, log.path, metrics=metrics).run()
+    from prometheus_client import generate_latest
+
+    got = generate_latest(metrics.registry).decode()
+    assert summary["records"] == lake.row_count("kraft_records") == 6
+    assert value(got, "zkledger_rows_committed_total", table="kraft_records", source="kraft") == 6
+    assert value(got, "zkledger_source_position", source="kraft") == 5
+    assert value(got, "zkledger_committed_position", source="kraft") == 5
+    assert value(got, "zkledger_source_connected") == 1

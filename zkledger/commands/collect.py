@@ -61,6 +61,7 @@ def register(subparsers: Any) -> None:
                        help="__cluster_metadata-0, or the log directory (metadata.log.dir) that holds it")
     kraft.add_argument("--follow", action="store_true",
                        help="keep reading as Kafka appends to the log (until SIGTERM/SIGINT)")
+    add_metrics_argument(kraft)
     parser.set_defaults(handler=run)
 
 
@@ -214,11 +215,12 @@ def _collect_kraft(args: argparse.Namespace, ctx: Context) -> str:
         raise UserError(f"--dir {args.dir}: not a KRaft metadata log (no __cluster_metadata-0 here)") from exc
     if not log_dir.segments() and not args.follow:
         raise UserError(f"--dir {args.dir}: no log segments (*.log) in {log_dir.path.name}")
-    with _stop_on_signals() as stop, _one_writer(), Progress(label="kraft records") as progress:
+    with metrics_server("collect-kraft", args.metrics_port, ctx.settings) as metrics, _stop_on_signals() as stop, \
+            _one_writer(), Progress(label="kraft records") as progress:
         collector = KraftCollector(
             ctx.lake, log_dir.path, follow=args.follow, batch_size=ctx.settings.collect.batch_size,
             poll_seconds=ctx.settings.collect.poll_seconds, flush_seconds=ctx.settings.collect.flush_seconds,
-            progress=progress.advance,
+            progress=progress.advance, metrics=metrics,
         )
         try:
             summary = collector.run(stop)
