@@ -47,7 +47,7 @@ from models.kraft_records import (
     KraftDecodeError,
     decode_control_record,
     decode_metadata_record,
-    known_versions,
+    readable_metadata_record,
 )
 from models.tables import KRAFT_RECORDS, QUARANTINE
 
@@ -97,189 +97,15 @@ def decode_record(is_control: bool, key: bytes | None, value: bytes | None) -> t
     return record.record_type.name, record.version
 
 
-# A metadata record's frame header (frame version 1, api key, version: one byte each below 128) -> its type
-# name and version: all the collector stores of the record's content (the pipeline decodes it). The message is
-# only checked for being readable (_MESSAGE_CHECKS), so that an unreadable record is still quarantined here.
-_FRAME_HEADERS: dict[bytes, tuple[str, int]] = {
-    bytes((1, rt.value, v)): (rt.name, v) for rt, versions in known_versions().items() for v in versions
-    if rt.value < 0x80 and v < 0x80
-}
-
-
-class _Unreadable(Exception):
-    pass
-
-
-# Bytes of the fixed-size kinds of models.kraft_records' schema table.
-_FIXED_SIZES: dict[str, int] = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "float64": 8,
-                                "bool": 1, "uuid": 16}
-_MAX_STRING_LENGTH = 0x7FFF
-_Skip = Callable[[bytes, int], int]
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result, shift, pos = b & 0x7F, 7, pos + 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise _Unreadable
-
-
-def _fixed_skip(size: int) -> _Skip:
-    def skip(buf: bytes, pos: int) -> int:
-        pos += size
-        if pos > len(buf):
-            raise _Unreadable
-        return pos
-
-    return skip
-
-
-def _array_skip(nullable: bool, min_item: int, item: _Skip | None) -> _Skip:
-    """A compact array; ``item`` None: items of ``min_item`` bytes each."""
-    def skip(buf: bytes, pos: int) -> int:
-        n, pos = _uvarint(buf, pos)
-        if n == 0:
-            if nullable:
-                return pos
-            raise _Unreadable
-        count = n - 1
-        if pos + count * min_item > len(buf):
-            raise _Unreadable
-        if item is None:
-            return pos + count * min_item
-        for _ in range(count):
-            pos = item(buf, pos)
-        return pos
-
-    return skip
-
-
-def _string_skip(nullable: bool, text: bool) -> _Skip:
-    def skip(buf: bytes, pos: int) -> int:
-        n, pos = _uvarint(buf, pos)
-        if n == 0:
-            if nullable:
-                return pos
-            raise _Unreadable
-        end = pos + n - 1
-        if end > len(buf) or (text and n - 1 > _MAX_STRING_LENGTH):
-            raise _Unreadable
-        if text:
-            buf[pos:end].decode("utf-8")  # UnicodeDecodeError: not valid
-        return end
-
-    return skip
-
-
-def _field_skip(f: Any, version: int) -> _Skip:
-    kind = f.kind
-    if kind in _FIXED_SIZES:
-        return _fixed_skip(_FIXED_SIZES[kind])
-    if kind in ("string", "bytes"):
-        return _string_skip(f.nullable, kind == "string")
-    if kind == "[]int32":
-        return _array_skip(f.nullable, 4, None)
-    if kind == "[]uuid":
-        return _array_skip(f.nullable, 16, None)
-    if kind == "[]string":
-        return _array_skip(f.nullable, 1, _string_skip(False, True))
-    if kind == "[]":
-        return _array_skip(f.nullable, 1, _struct_skip(f.children, version))
-    if kind == "{}":
-        return _struct_skip(f.children, version)
-    raise ValueError(f"unknown field kind {kind!r}")
-
-
-def _struct_skip(fields: Sequence[Any], version: int) -> _Skip:
-    present = [f for f in fields if version >= f.since]
-    steps: list[int | _Skip] = []  # runs of fixed-size fields merged into one byte count
-    for f in present:
-        if f.tag is not None:
-            continue
-        size = _FIXED_SIZES.get(f.kind)
-        if size is None:
-            steps.append(_field_skip(f, version))
-        elif steps and isinstance(steps[-1], int):
-            steps[-1] += size
-        else:
-            steps.append(size)
-    tagged = {f.tag: _field_skip(f, version) for f in present if f.tag is not None}
-
-    def skip(buf: bytes, pos: int) -> int:
-        size = len(buf)
-        for step in steps:
-            if isinstance(step, int):
-                pos += step
-                if pos > size:
-                    raise _Unreadable
-            else:
-                pos = step(buf, pos)
-        count = buf[pos]
-        if count < 0x80:
-            pos += 1
-        else:
-            count, pos = _uvarint(buf, pos)
-        for _ in range(count):
-            tag, length = buf[pos], buf[pos + 1]
-            if tag < 0x80 and length < 0x80:  # one byte each: nearly always
-                pos += 2
-            else:
-                tag, pos = _uvarint(buf, pos)
-                length, pos = _uvarint(buf, pos)
-            end = pos + length
-            if end > size:
-                raise _Unreadable
-            known = tagged.get(tag)
-            if known is not None and known(buf, pos) != end:
-                raise _Unreadable
-            pos = end
-        return pos
-
-    return skip
-
-
-def _message_checks() -> dict[bytes, _Skip]:
-    """A structural check per record type and version, from the decoder's own schema table: it walks the bytes
-    as ``decode_metadata_record`` does and fails where it would, without building the fields (several times
-    cheaper: no dicts, no UUID text). A record it fails goes to the decoder itself, for the verdict and the
-    reason."""
-    from models.kraft_records import _METADATA_SCHEMAS  # the one description of the layouts
-
-    return {bytes((1, key, v)): _struct_skip(fields, v) for key, (_, top, fields) in _METADATA_SCHEMAS.items()
-            for v in range(top + 1) if key < 0x80 and v < 0x80}
-
-
-_MESSAGE_CHECKS = _message_checks()
-
-
-def _readable(value: bytes, check: _Skip) -> bool:
-    """Whether ``decode_metadata_record`` reads ``value`` (its 3-byte frame header already matched)."""
-    try:
-        return check(value, 3) == len(value)
-    except (_Unreadable, IndexError, UnicodeDecodeError):
-        return False
-
-
 def _record_types(is_control: bool, keys: Sequence[bytes | None], values: Sequence[bytes | None],
                   ) -> tuple[list[str | None], list[int | None], list[tuple[int, str]]]:
     """(type names, versions, [(index, reason)] of the undecodable) of one batch's records."""
     names: list[str | None] = []
     versions: list[int | None] = []
     bad: list[tuple[int, str]] = []
-    headers, checks = _FRAME_HEADERS, _MESSAGE_CHECKS
     for i, value in enumerate(values):
         try:
-            if (not is_control and value is not None and (known := headers.get(value[:3])) is not None
-                    and _readable(value, checks[value[:3]])):
+            if not is_control and value is not None and (known := readable_metadata_record(value)) is not None:
                 name, version = known
             else:
                 name, version = decode_record(is_control, keys[i], value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final
@@ -680,3 +680,182 @@ def dump_log_data(record: MetadataRecord) -> dict[str, Any]:
         for name, value in record.fields.items()
         if not (name in defaults and value == defaults[name])
     }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checking without decoding. The collector stores a record's type and version and needs to know whether the
+# decoder will read it (an unreadable record is quarantined at collection). A check walks the bytes as the
+# readers above do, from the same schema table, without building any field (several times cheaper: no dicts,
+# no UUID text); a record it fails goes to the decoder for the verdict and the reason.
+# ---------------------------------------------------------------------------------------------------------
+
+# frame version 1, api key, version: one byte each below 128 -> (type name, version)
+_FRAME_HEADERS: dict[bytes, tuple[str, int]] = {
+    bytes((1, rt.value, v)): (rt.name, v) for rt, versions in known_versions().items() for v in versions
+    if rt.value < 0x80 and v < 0x80
+}
+
+
+class _Unreadable(Exception):
+    pass
+
+
+# Bytes of the fixed-size kinds of models.kraft_records' schema table.
+_FIXED_SIZES: dict[str, int] = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "float64": 8,
+                                "bool": 1, "uuid": 16}
+_Skip = Callable[[bytes, int], int]
+
+
+def _skip_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result, shift, pos = b & 0x7F, 7, pos + 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise _Unreadable
+
+
+def _fixed_skip(size: int) -> _Skip:
+    def skip(buf: bytes, pos: int) -> int:
+        pos += size
+        if pos > len(buf):
+            raise _Unreadable
+        return pos
+
+    return skip
+
+
+def _array_skip(nullable: bool, min_item: int, item: _Skip | None) -> _Skip:
+    """A compact array; ``item`` None: items of ``min_item`` bytes each."""
+    def skip(buf: bytes, pos: int) -> int:
+        n, pos = _skip_uvarint(buf, pos)
+        if n == 0:
+            if nullable:
+                return pos
+            raise _Unreadable
+        count = n - 1
+        if pos + count * min_item > len(buf):
+            raise _Unreadable
+        if item is None:
+            return pos + count * min_item
+        for _ in range(count):
+            pos = item(buf, pos)
+        return pos
+
+    return skip
+
+
+def _string_skip(nullable: bool, text: bool) -> _Skip:
+    def skip(buf: bytes, pos: int) -> int:
+        n, pos = _skip_uvarint(buf, pos)
+        if n == 0:
+            if nullable:
+                return pos
+            raise _Unreadable
+        end = pos + n - 1
+        if end > len(buf) or (text and n - 1 > _MAX_STRING_LENGTH):
+            raise _Unreadable
+        if text:
+            buf[pos:end].decode("utf-8")  # UnicodeDecodeError: not valid
+        return end
+
+    return skip
+
+
+def _field_skip(f: Any, version: int) -> _Skip:
+    kind = f.kind
+    if kind in _FIXED_SIZES:
+        return _fixed_skip(_FIXED_SIZES[kind])
+    if kind in ("string", "bytes"):
+        return _string_skip(f.nullable, kind == "string")
+    if kind == "[]int32":
+        return _array_skip(f.nullable, 4, None)
+    if kind == "[]uuid":
+        return _array_skip(f.nullable, 16, None)
+    if kind == "[]string":
+        return _array_skip(f.nullable, 1, _string_skip(False, True))
+    if kind == "[]":
+        return _array_skip(f.nullable, 1, _struct_skip(f.children, version))
+    if kind == "{}":
+        return _struct_skip(f.children, version)
+    raise ValueError(f"unknown field kind {kind!r}")
+
+
+def _struct_skip(fields: Sequence[Any], version: int) -> _Skip:
+    present = [f for f in fields if version >= f.since]
+    steps: list[int | _Skip] = []  # runs of fixed-size fields merged into one byte count
+    for f in present:
+        if f.tag is not None:
+            continue
+        size = _FIXED_SIZES.get(f.kind)
+        if size is None:
+            steps.append(_field_skip(f, version))
+        elif steps and isinstance(steps[-1], int):
+            steps[-1] += size
+        else:
+            steps.append(size)
+    tagged = {f.tag: _field_skip(f, version) for f in present if f.tag is not None}
+
+    def skip(buf: bytes, pos: int) -> int:
+        size = len(buf)
+        for step in steps:
+            if isinstance(step, int):
+                pos += step
+                if pos > size:
+                    raise _Unreadable
+            else:
+                pos = step(buf, pos)
+        count = buf[pos]
+        if count < 0x80:
+            pos += 1
+        else:
+            count, pos = _skip_uvarint(buf, pos)
+        for _ in range(count):
+            tag, length = buf[pos], buf[pos + 1]
+            if tag < 0x80 and length < 0x80:  # one byte each: nearly always
+                pos += 2
+            else:
+                tag, pos = _skip_uvarint(buf, pos)
+                length, pos = _skip_uvarint(buf, pos)
+            end = pos + length
+            if end > size:
+                raise _Unreadable
+            known = tagged.get(tag)
+            if known is not None and known(buf, pos) != end:
+                raise _Unreadable
+            pos = end
+        return pos
+
+    return skip
+
+
+def _message_checks() -> dict[bytes, _Skip]:
+    """A structural check per record type and version, from the decoder's own schema table: it walks the bytes
+    as ``decode_metadata_record`` does and fails where it would, without building the fields (several times
+    cheaper: no dicts, no UUID text). A record it fails goes to the decoder itself, for the verdict and the
+    reason."""
+    return {bytes((1, key, v)): _struct_skip(fields, v) for key, (_, top, fields) in _METADATA_SCHEMAS.items()
+            for v in range(top + 1) if key < 0x80 and v < 0x80}
+
+
+_MESSAGE_CHECKS = _message_checks()
+
+
+def readable_metadata_record(value: bytes) -> tuple[str, int] | None:
+    """(type name, version) of a metadata record ``decode_metadata_record`` reads, by a check of its bytes that
+    builds no field; None when it may not read it (ask the decoder for the reason)."""
+    header = value[:3]
+    known = _FRAME_HEADERS.get(header)
+    if known is None:
+        return None
+    try:
+        return known if _MESSAGE_CHECKS[header](value, 3) == len(value) else None
+    except (_Unreadable, IndexError, UnicodeDecodeError):
+        return None
