@@ -35,6 +35,8 @@ NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader did not change
 SAME_EPOCH_LEADER = "same_epoch_leader"
 """In a ``CONTROLLER_ELECTED`` event's detail: the other leader the log named in the same quorum epoch."""
+ELECTED_FROM_ELR = "elected_from_elr"
+"""In a partition write's detail: its new leader came from the eligible leader replicas (KIP-966), not the ISR."""
 KRAFT_PATH = "kraft"
 """The ``path`` of a metadata event decoded from the metadata log (it has no znode)."""
 
@@ -138,7 +140,8 @@ class MetadataImage:
         self.offset = max(self.offset, end_offset - 1)
         return out.events
 
-    def partition_events(self, image: PartitionImage, out: _Events, *, replicas_changed: bool) -> None:
+    def partition_events(self, image: PartitionImage, out: _Events, *, replicas_changed: bool,
+                         extra: dict[str, Any] | None = None) -> None:
         if replicas_changed:
             out.add(T.PARTITION_ASSIGNED, topic=image.topic, partition=image.partition,
                     replicas=tuple(image.replicas))
@@ -147,7 +150,7 @@ class MetadataImage:
                 controller_epoch=out.epoch, zk_version=image.partition_epoch,
                 detail={"partition_epoch": image.partition_epoch, "elr": image.elr,
                         "last_known_elr": image.last_known_elr, "leader_recovery_state": image.leader_recovery_state,
-                        "adding": image.adding, "removing": image.removing})
+                        "adding": image.adding, "removing": image.removing, **(extra or {})})
 
 
 class _Events:
@@ -202,8 +205,11 @@ def _partition_change(image: MetadataImage, f: dict[str, Any], out: _Events) -> 
         return
     now = replace(before, partition_epoch=before.partition_epoch + 1)
     leader = int(f.get("leader", NO_LEADER_CHANGE))
+    from_elr = False
     if leader != NO_LEADER_CHANGE:
         now.leader, now.leader_epoch = leader, before.leader_epoch + 1
+        # KIP-966: a replica in the eligible leader replicas was in sync when the ISR emptied; electing it is clean
+        from_elr = leader >= 0 and leader != before.leader and leader not in before.isr and leader in before.elr
     for name, attr in (("isr", "isr"), ("replicas", "replicas"), ("addingReplicas", "adding"),
                        ("removingReplicas", "removing"), ("eligibleLeaderReplicas", "elr"),
                        ("lastKnownElr", "last_known_elr")):
@@ -215,7 +221,8 @@ def _partition_change(image: MetadataImage, f: dict[str, Any], out: _Events) -> 
     if (now.adding or now.removing) and not (before.adding or before.removing):
         target = tuple(r for r in now.replicas if r not in now.removing)
         out.add(T.REASSIGNMENT_REQUESTED, topic=now.topic, partition=now.partition, replicas=target)
-    image.partition_events(now, out, replicas_changed=before.replicas != now.replicas)
+    image.partition_events(now, out, replicas_changed=before.replicas != now.replicas,
+                           extra={ELECTED_FROM_ELR: True} if from_elr else None)
 
 
 def _remove_topic(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:

@@ -23,7 +23,13 @@ import pyarrow.compute as pc
 from models.anomalies import AnomalyKind, SplitBrainReason
 from models.events import MetadataEvent, MetadataEventType
 from models.ids import metadata_event_id
-from models.kraft_image import SAME_EPOCH_LEADER, MetadataImage, image_from_json, image_to_json
+from models.kraft_image import (
+    ELECTED_FROM_ELR,
+    SAME_EPOCH_LEADER,
+    MetadataImage,
+    image_from_json,
+    image_to_json,
+)
 from models.kraft_records import (
     ControlRecordType,
     KraftDecodeError,
@@ -104,7 +110,22 @@ def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: 
     for name in dict.fromkeys([*stage_out, *bucket_out, *quorum]):
         parts = [t for t in (stage_out.get(name), bucket_out.get(name), quorum.get(name)) if t is not None]
         out[name] = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
+    if ANOMALIES.name in out:
+        out[ANOMALIES.name] = _clean_elr_elections(out[ANOMALIES.name], meta)
     return out, KraftState(state.image, bucket, stage)
+
+
+def _clean_elr_elections(anomalies: pa.Table, meta: pa.Table) -> pa.Table:
+    """``anomalies`` less the unclean elections of leaders taken from the ELR: the ISR check the state machines
+    share knows only the ISR, and KRaft keeps a leaderless partition's last in-sync replicas in its ELR."""
+    from_elr = [e["event_id"] for e in meta.select(["event_id", "detail"]).to_pylist()
+                if e["detail"] and ELECTED_FROM_ELR in json.loads(e["detail"])]
+    if not from_elr or anomalies.num_rows == 0:
+        return anomalies
+    unclean = pc.equal(anomalies["kind"], str(AnomalyKind.UNCLEAN_LEADER_ELECTION))
+    evidence = pc.list_element(anomalies["evidence"], 0)
+    drop = pc.and_(pc.fill_null(unclean, False), pc.fill_null(pc.is_in(evidence, pa.array(from_elr)), False))
+    return anomalies.filter(pc.invert(drop))
 
 
 def _two_leaders_in_one_epoch(cluster: str, meta: pa.Table) -> dict[str, pa.Table]:

@@ -101,3 +101,14 @@ def test_two_quorum_leaders_in_one_epoch_are_a_split_brain() -> None:
     found = run(log, [])["anomalies"]
     assert [(a["kind"], a["zxid"]) for a in found] == [(AnomalyKind.SPLIT_BRAIN, 10)]
     assert '"leaders": [1, 2]' in str(found[0]["details"])
+
+
+def test_a_leader_from_the_eligible_leader_replicas_is_a_clean_election() -> None:
+    log = kh.routine_cluster()
+    log.add(kh.partition_change("orders", 0, leader=-1, isr=[], elr=[2]))  # 10: the ISR emptied into the ELR
+    log.add(kh.partition_change("orders", 0, leader=2, isr=[2], elr=[]))  # 11: ELR member elected: clean
+    log.add(kh.partition_change("orders", 1, leader=-1, isr=[], elr=[]))  # 12
+    log.add(kh.partition_change("orders", 1, leader=3, isr=[3]))  # 13: from nowhere: unclean
+    found = {(a["kind"], a["zxid"]) for a in run(log, [11])["anomalies"]}
+    assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 13) in found
+    assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 11) not in found

@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
                            help=f"scenarios in order (default: all): {', '.join(SCENARIOS)}")
     stop = sub.add_parser("stop", help="stop the brokers and ZooKeeper that `start` left running")
     stop.add_argument("--dir", default=None, metavar="DIR", help="the lab's directory (default <lake>/_kafka_lab)")
+    from zkledger.commands.kafka_lab_kraft import register_kraft
+
+    register_kraft(sub)
     parser.set_defaults(handler=run)
 
 
@@ -53,6 +56,10 @@ def _lab_dir(args: argparse.Namespace, ctx: Context) -> Path:
 def run(args: argparse.Namespace, ctx: Context) -> str:
     if args.action == "start":
         return _start(args, ctx)
+    if args.action == "kraft":
+        from zkledger.commands.kafka_lab_kraft import run_kraft
+
+        return run_kraft(args, ctx)
     if args.action == "stop":
         return _stop(args, ctx)
     return _run(args, ctx)
@@ -158,7 +165,8 @@ def print_comparison(res: Any, out: Any) -> StateCheck:
     """Print zkledger's history against what Kafka reported; the state comparison (a `verify.StateCheck`)."""
     from kafkalab import verify
     from kafkalab.cluster import kafka_line
-    from models.anomalies import describe
+    from models.anomalies import describe_group, group_findings
+    from services.sanitize import terminal_safe
 
     check = verify.compare_state(res.tables[METADATA_EVENTS.name], res.tables[PARTITION_TRANSITIONS.name], res.samples,
                                  kafka_line(res.line))
@@ -172,7 +180,8 @@ def print_comparison(res: Any, out: Any) -> StateCheck:
           f"{sorted(logged)} -> {'match' if tenures == logged else 'DIFFER'}", file=out)
     for name, rows in verify.anomalies_by_phase(res.anomalies, res.phases).items():
         kind = next((p.kind for p in res.phases if p.name == name), "")
-        print(f"\n{name} ({kind or 'start-up/shutdown'}): {len(rows)} anomalies", file=out)
-        for row in rows:
-            print("  " + describe(row)[:220], file=out)
+        groups = group_findings(rows)
+        print(f"\n{name} ({kind or 'start-up/shutdown'}): {len(rows)} anomalies in {len(groups)} groups", file=out)
+        for group in groups:
+            print("  " + terminal_safe(describe_group(group, width=220)), file=out)
     return check
