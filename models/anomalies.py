@@ -29,6 +29,8 @@ class AnomalyKind(StrEnum):
     DECISION_ZK_DIVERGENCE = "DECISION_ZK_DIVERGENCE"
     COLLECTION_GAP = "COLLECTION_GAP"
     STALE_ZK_VERSION_ISR_UPDATE = "STALE_ZK_VERSION_ISR_UPDATE"  # KAFKA-2729: a leader's ISR write refused
+    FENCED_BROKER_IN_ISR = "FENCED_BROKER_IN_ISR"  # KRaft: an ISR still names a fenced broker beside others
+    METADATA_TRANSACTION_UNFINISHED = "METADATA_TRANSACTION_UNFINISHED"  # KRaft: a transaction begun, never ended
 
 
 class SplitBrainReason(StrEnum):
@@ -57,6 +59,8 @@ SEVERITY: Final[dict[AnomalyKind, str]] = {
     AnomalyKind.DECISION_ZK_DIVERGENCE: "error",
     AnomalyKind.COLLECTION_GAP: "info",
     AnomalyKind.STALE_ZK_VERSION_ISR_UPDATE: "warning",
+    AnomalyKind.FENCED_BROKER_IN_ISR: "error",
+    AnomalyKind.METADATA_TRANSACTION_UNFINISHED: "error",
 }
 
 EPISODE_KINDS: Final = frozenset({AnomalyKind.OFFLINE_PARTITION, AnomalyKind.NO_ACTIVE_CONTROLLER,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from models.anomalies import AnomalyKind
 from models.events import MetadataEvent, MetadataEventType
 from models.kraft_records import ControlRecord, ControlRecordType, MetadataRecord, MetadataRecordType
 
@@ -68,10 +69,24 @@ class BrokerImage:
     epoch: int
     fenced: bool
     in_controlled_shutdown: bool = False
+    fenced_at: int | None = None  # the offset that fenced it
 
     @property
     def live(self) -> bool:
         return not self.fenced and not self.in_controlled_shutdown
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A KRaft-only invariant broken at ``offset`` (the KRaft key makes it an ``anomalies`` row)."""
+
+    kind: AnomalyKind
+    offset: int
+    at: datetime | None
+    details: dict[str, Any]
+    topic: str | None = None
+    partition: int | None = None
+    broker: int | None = None
 
 
 @dataclass
@@ -85,12 +100,18 @@ class MetadataImage:
     quorum_epoch: int | None = None
     offset: int = -1
     open_transaction: int | None = None  # the offset of a BeginTransactionRecord not yet ended
+    transaction_epoch: int | None = None  # the quorum epoch that began it
+    findings: list[Finding] = field(default_factory=list)  # KRaft-only invariants broken; the caller drains them
 
     def apply(self, record: MetadataRecord, offset: int, epoch: int, at: datetime | None) -> list[MetadataEvent]:
         """The events one metadata record at ``offset`` (in a batch of quorum epoch ``epoch``) means."""
         self.offset = max(self.offset, offset)
         handler = _HANDLERS.get(record.record_type)
         out = _Events(offset, epoch, at, record)
+        if (self.open_transaction is not None and self.transaction_epoch is not None and epoch > self.transaction_epoch
+                and record.record_type not in _TRANSACTION_RECORDS):
+            # transactions-end: a new quorum leader aborts what its predecessor left open before writing anything
+            self._unfinished(out, "a new quorum leader wrote records without aborting it")
         if handler is None:
             out.add(T.OTHER)
         else:
@@ -139,6 +160,28 @@ class MetadataImage:
         self.brokers = {b: v for b, v in fresh.brokers.items()}
         self.offset = max(self.offset, end_offset - 1)
         return out.events
+
+    def _unfinished(self, out: _Events, why: str) -> None:
+        self.findings.append(Finding(AnomalyKind.METADATA_TRANSACTION_UNFINISHED, out.offset, out.at,
+                                     {"begun_at": self.open_transaction, "begun_in_epoch": self.transaction_epoch,
+                                      "why": why}))
+        self.open_transaction = self.transaction_epoch = None
+
+    def fenced_in_isr(self, part: PartitionImage, out: _Events, *, fenced: set[int] | None = None,
+                      since: int | None = None) -> None:
+        """fenced-out-of-isr: KRaft's controller takes a fenced broker out of every ISR it shares with others
+        (the last member stays, or moves to the ELR). ``fenced``: the brokers to look for (default: those the
+        image holds fenced); ``since``: the offset that fenced them, when known."""
+        if len(part.isr) < 2:
+            return
+        for broker in part.isr:
+            known = self.brokers.get(broker)
+            if (broker in fenced) if fenced is not None else (known is not None and known.fenced):
+                self.findings.append(Finding(
+                    AnomalyKind.FENCED_BROKER_IN_ISR, out.offset, out.at,
+                    {"isr": part.isr, "leader": part.leader,
+                     "fenced_at": since if since is not None else (known.fenced_at if known else None)},
+                    topic=part.topic, partition=part.partition, broker=broker))
 
     def partition_events(self, image: PartitionImage, out: _Events, *, replicas_changed: bool,
                          extra: dict[str, Any] | None = None) -> None:
@@ -194,6 +237,7 @@ def _partition(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
         leader_recovery_state=int(f.get("leaderRecoveryState") or 0))
     image.partitions[key] = now
     image.partition_events(now, out, replicas_changed=before is None or before.replicas != now.replicas)
+    image.fenced_in_isr(now, out)
 
 
 def _partition_change(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
@@ -223,6 +267,7 @@ def _partition_change(image: MetadataImage, f: dict[str, Any], out: _Events) -> 
         out.add(T.REASSIGNMENT_REQUESTED, topic=now.topic, partition=now.partition, replicas=target)
     image.partition_events(now, out, replicas_changed=before.replicas != now.replicas,
                            extra={ELECTED_FROM_ELR: True} if from_elr else None)
+    image.fenced_in_isr(now, out)
 
 
 def _remove_topic(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
@@ -241,6 +286,13 @@ def _set_liveness(image: MetadataImage, broker: BrokerImage, out: _Events, detai
     before = image.brokers.get(broker.broker)
     image.brokers[broker.broker] = broker
     was_live = before is not None and before.live
+    if broker.fenced and (before is None or not before.fenced):
+        broker.fenced_at = out.offset
+    elif before is not None and before.fenced and not broker.fenced:
+        # unfenced: an ISR that still names it beside others kept a fenced broker all along
+        for part in image.partitions.values():
+            if broker.broker in part.isr and len(part.isr) > 1:
+                image.fenced_in_isr(part, out, fenced={broker.broker}, since=before.fenced_at)
     if broker.live and not was_live:
         out.add(T.BROKER_REGISTERED, broker=broker.broker, czxid=broker.epoch, detail=detail)
     elif was_live and not broker.live:
@@ -304,7 +356,10 @@ def _clear_elr(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
 def _transaction(phase: str) -> Any:
     def handler(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
         begun = image.open_transaction
+        if phase == "begin" and begun is not None:
+            image._unfinished(out, "another transaction began")
         image.open_transaction = out.offset if phase == "begin" else None
+        image.transaction_epoch = out.epoch if phase == "begin" else None
         out.add(T.METADATA_TRANSACTION, detail={"phase": phase, "begun_at": begun, "name": f.get("name"),
                                                 "reason": f.get("reason")})
     return handler
@@ -314,6 +369,9 @@ def _simple(kind: MetadataEventType, keep: tuple[str, ...] = ()) -> Any:
     def handler(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
         out.add(kind, detail={k: f.get(k) for k in keep})
     return handler
+
+
+_TRANSACTION_RECORDS = frozenset({R.BEGIN_TRANSACTION_RECORD, R.END_TRANSACTION_RECORD, R.ABORT_TRANSACTION_RECORD})
 
 
 def _ignore(image: MetadataImage, f: dict[str, Any], out: _Events) -> None:
@@ -350,7 +408,7 @@ def image_to_json(image: MetadataImage) -> dict[str, Any]:
         "topic_of": [[k[0], k[1]] for k in image.partitions],
         "brokers": [vars(b) for b in image.brokers.values()],
         "quorum_leader": image.quorum_leader, "quorum_epoch": image.quorum_epoch, "offset": image.offset,
-        "open_transaction": image.open_transaction,
+        "open_transaction": image.open_transaction, "transaction_epoch": image.transaction_epoch,
     }
 
 
@@ -360,4 +418,4 @@ def image_from_json(raw: dict[str, Any]) -> MetadataImage:
     return MetadataImage(topics=dict(raw["topics"]), partitions=partitions,
                          brokers={int(b["broker"]): BrokerImage(**b) for b in raw["brokers"]},
                          quorum_leader=raw["quorum_leader"], quorum_epoch=raw["quorum_epoch"], offset=raw["offset"],
-                         open_transaction=raw["open_transaction"])
+                         open_transaction=raw["open_transaction"], transaction_epoch=raw.get("transaction_epoch"))

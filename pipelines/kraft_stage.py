@@ -93,6 +93,10 @@ def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: 
     events = _events(cluster, state.image, records)
     meta = _meta_table(cluster, events, meta_schema)
     quorum = _two_leaders_in_one_epoch(cluster, meta)
+    found = _findings(cluster, state.image, meta)
+    if found is not None:
+        quorum[ANOMALIES.name] = pa.concat_tables([t for t in (quorum.get(ANOMALIES.name), found) if t is not None],
+                                                  promote_options="default")
     routed = route(meta, 1)
     at_stage = pc.equal(routed[BUCKET_COLUMN], CLUSTER_STAGE)
     stage_rows = routed.filter(at_stage).drop_columns([BUCKET_COLUMN])
@@ -126,6 +130,23 @@ def _clean_elr_elections(anomalies: pa.Table, meta: pa.Table) -> pa.Table:
     evidence = pc.list_element(anomalies["evidence"], 0)
     drop = pc.and_(pc.fill_null(unclean, False), pc.fill_null(pc.is_in(evidence, pa.array(from_elr)), False))
     return anomalies.filter(pc.invert(drop))
+
+
+def _findings(cluster: str, image: MetadataImage, meta: pa.Table) -> pa.Table | None:
+    """The image's KRaft-only findings of this batch as anomalies rows (drained from the image). A row's
+    evidence is the events of its offset, and the partition and broker it names."""
+    if not image.findings:
+        return None
+    ids: dict[int, list[str]] = {}
+    for zxid, eid in zip(meta["zxid"].to_pylist(), meta["event_id"].to_pylist(), strict=True):
+        ids.setdefault(zxid, []).append(eid)
+    rows = []
+    for f in image.findings:
+        what = f"{f.topic}-{f.partition}@{f.broker}" if f.topic is not None else f"offset {f.offset}"
+        row = {"zxid": f.offset, "event_time": f.at, "topic": f.topic, "partition": f.partition, "broker": f.broker}
+        rows.append(anomaly(cluster, f.kind, [*ids.get(f.offset, []), what], row, f.details))
+    image.findings.clear()
+    return D.anomaly_rows(rows)
 
 
 def _two_leaders_in_one_epoch(cluster: str, meta: pa.Table) -> dict[str, pa.Table]:

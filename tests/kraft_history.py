@@ -64,6 +64,13 @@ def remove_topic(name: str) -> bytes:
     return kb.metadata_value(9, 0, kb.uuid_bytes(topic_id(name)) + kb.tagged())
 
 
+def transaction(phase: str, name: str | None = None) -> bytes:
+    """A Begin (23), End (24) or Abort (25) TransactionRecord (KIP-868)."""
+    key = {"begin": 23, "end": 24, "abort": 25}[phase]
+    tags = {0: kb.cstring(name)} if name is not None and phase != "end" else {}
+    return kb.metadata_value(key, 0, kb.tagged(tags))
+
+
 def config(resource: str, name: str, value: str | None) -> bytes:
     return kb.metadata_value(4, 0, kb.i8(2) + kb.cstring(resource) + kb.cstring(name) + kb.cstring(value) + kb.tagged())
 

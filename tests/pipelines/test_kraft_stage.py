@@ -4,6 +4,7 @@ ZooKeeper cluster's, whatever the batches."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pyarrow as pa
 
@@ -112,3 +113,37 @@ def test_a_leader_from_the_eligible_leader_replicas_is_a_clean_election() -> Non
     found = {(a["kind"], a["zxid"]) for a in run(log, [11])["anomalies"]}
     assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 13) in found
     assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 11) not in found
+
+
+def kinds_at(log: kh.KraftLog, kind: AnomalyKind) -> list[tuple[int, object, object]]:
+    return sorted((a["zxid"], a["partition"], a["broker"]) for a in run(log, []).get("anomalies", [])
+                  if a["kind"] == kind)
+
+
+def test_a_fenced_broker_taken_out_of_every_shared_isr_is_routine() -> None:
+    log = kh.routine_cluster()
+    log.add(kh.fence(3, 13), kh.partition_change("orders", 0, isr=[1, 2]), kh.partition_change("orders", 1, isr=[2, 1]))
+    log.add(kh.fence(3, 13, fenced=False))
+    assert kinds_at(log, AnomalyKind.FENCED_BROKER_IN_ISR) == []
+
+
+def test_a_fenced_broker_left_in_an_isr_is_found_when_written_and_when_unfenced() -> None:
+    log = kh.routine_cluster()
+    log.add(kh.fence(3, 13))  # 10: the ISRs keep broker 3
+    log.add(kh.partition_change("orders", 0, leader=2, isr=[1, 2, 3]))  # 11: the controller writes it in again
+    log.add(kh.fence(3, 13, fenced=False))  # 12: unfenced: orders-1 kept it all along
+    assert kinds_at(log, AnomalyKind.FENCED_BROKER_IN_ISR) == [(11, 0, 3), (12, 0, 3), (12, 1, 3)]
+
+
+def test_a_metadata_transaction_never_ended_is_found() -> None:
+    log = kh.routine_cluster()
+    log.add(kh.transaction("begin", "create"), kh.topic("a"))  # 10, 11
+    log.add(kh.transaction("end"))  # 12: a finished one
+    log.add(kh.transaction("begin"), kh.topic("b"))  # 13, 14
+    log.add(kh.transaction("begin"))  # 15: the one begun at 13 never ended
+    log.add(kh.transaction("abort", "failover"))  # 16
+    log.add(kh.transaction("begin"))  # 17
+    log.elect(2)  # 18: a new quorum leader ...
+    log.add(kh.topic("c"))  # 19: ... writes without aborting the transaction begun at 17
+    found = [a for a in run(log, [14]).get("anomalies", []) if a["kind"] == AnomalyKind.METADATA_TRANSACTION_UNFINISHED]
+    assert sorted((a["zxid"], json.loads(str(a["details"]))["begun_at"]) for a in found) == [(15, 13), (19, 17)]
