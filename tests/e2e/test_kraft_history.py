@@ -58,3 +58,14 @@ def test_the_spark_query_equals_the_driver_runner_on_a_kraft_history(spark: Any,
     run_local(reference)
     rebuild(spark, queried)
     assert_same_tables(queried, reference)
+
+
+def test_the_report_draws_a_kraft_cluster(lake: Any, tmp_path: Path) -> None:
+    log = faulty_cluster()
+    lake = Lake(lake.root, log.cluster)
+    run_local(collected(lake, log))
+    out = tmp_path / "report.html"
+    assert cli.run(["--lake", lake.root, "--cluster", log.cluster, "report", "--out", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "orders" in html and "audit" in html
+    assert "OFFLINE_PARTITION" in html and "UNCLEAN_LEADER_ELECTION" in html
