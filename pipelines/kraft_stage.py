@@ -161,7 +161,8 @@ def _two_leaders_in_one_epoch(cluster: str, meta: pa.Table) -> dict[str, pa.Tabl
 
 def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple[MetadataEvent, str]]:
     """The batch's records in log order through the image: (event, the record's name) pairs. A snapshot is
-    taken only where the image has not reached its end (the log before it was deleted unread)."""
+    taken only where the image has not reached its end (the log before it was deleted unread): at a hole before
+    a record, the snapshot that covers it (the first ending at or after the record, else the newest before)."""
     rows = records.select(["offset", "leader_epoch", "batch_timestamp", "is_control", "key", "value", "source",
                            "snapshot_id"]).to_pylist()
     segment = sorted((r for r in rows if r["source"] == KraftSource.SEGMENT), key=lambda r: r["offset"])
@@ -172,6 +173,11 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
     pending = sorted(((int(sid.split("-")[0]), sid) for sid in snapshots), reverse=True)
     out: list[tuple[MetadataEvent, str]] = []
     for r in segment:
+        if r["offset"] > image.offset + 1 and pending:  # a hole: what the log held before r was deleted unread
+            covering = [p for p in pending if p[0] >= r["offset"]]
+            chosen = min(covering) if covering else max(pending)
+            _rebase(image, snapshots[chosen[1]], out)
+            pending = [p for p in pending if p[0] > chosen[0]]
         while pending and pending[-1][0] <= r["offset"]:
             _rebase(image, snapshots[pending.pop()[1]], out)
         out.extend(_record_events(image, r))

@@ -147,3 +147,26 @@ def test_a_metadata_transaction_never_ended_is_found() -> None:
     log.add(kh.topic("c"))  # 19: ... writes without aborting the transaction begun at 17
     found = [a for a in run(log, [14]).get("anomalies", []) if a["kind"] == AnomalyKind.METADATA_TRANSACTION_UNFINISHED]
     assert sorted((a["zxid"], json.loads(str(a["details"]))["begun_at"]) for a in found) == [(15, 13), (19, 17)]
+
+
+def test_a_snapshot_ending_inside_the_first_kept_segment_is_taken() -> None:
+    # Kafka deletes whole segments: the snapshot that allowed it may end past the first segment it keeps
+    whole = faulty()
+    snapshot = kh.KraftLog()
+    kh.routine_cluster(snapshot)
+    snapshot.add(kh.partition_change("orders", 0, leader=2, isr=[2, 3]))
+    snapshot.add(kh.fence(1, 11))
+    snapshot.add(kh.partition_change("orders", 0, leader=2, isr=[2, 3]))  # stands for offsets 12 and 13
+    snapshot.add(kh.partition_change("orders", 0, leader=2, isr=[2, 3]))
+    snap_rows = [{**r, "source": "snapshot", "snapshot_id": "00000000000000000014-0000000002"}
+                 for r in snapshot.rows if not r["is_control"]]
+    kept = [r for r in whole.rows if r["offset"] >= 12]  # the first kept segment starts at 12
+    table = pa.Table.from_pylist([*snap_rows, *kept], schema=whole.table().schema)
+    out, _ = kraft_step(whole.cluster, fresh(), table, META_SEQ, "3.9")
+    assert out["metadata_events"].num_rows > len(kept)  # the snapshot's image was taken
+    expected, _ = kraft_step(whole.cluster, fresh(), whole.table(), META_SEQ, "3.9")
+
+    def final(rows: pa.Table) -> dict[tuple[str, int], tuple[object, ...]]:
+        return {(r["topic"], r["partition"]): (r["state"], r["leader"], r["isr"]) for r in rows.to_pylist()}
+
+    assert final(out["partition_state"]) == final(expected["partition_state"])
