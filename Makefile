@@ -71,10 +71,11 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Two pytest workers (pytest-xdist), one test file each at a time: module fixtures (a Kafka cluster, a scenario's
-# runs) are built once; the 15 slowest tests are listed at the end. TEST_WORKERS=0 runs the suite in the calling
-# process.
-TEST_WORKERS ?= 2
+# Three pytest workers (pytest-xdist) on two cores, one test file each at a time: the real-cluster tests spend
+# much of their time waiting on brokers, sessions and JVM starts, so a third worker keeps both cores busy; module
+# fixtures (a Kafka cluster, a scenario's runs) are built once; the 15 slowest tests are listed at the end.
+# TEST_WORKERS=0 runs the suite in the calling process.
+TEST_WORKERS ?= 3
 test: venv java jars browser prometheus lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
