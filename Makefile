@@ -71,11 +71,12 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Three pytest workers (pytest-xdist) on two cores, one test file each at a time: the real-cluster tests spend
-# much of their time waiting on brokers, sessions and JVM starts, so a third worker keeps both cores busy; module
+# Four pytest workers (pytest-xdist) on two cores, one test file each at a time: the real-cluster tests spend
+# most of their time waiting on brokers, sessions, triggers and JVM starts (a whole run keeps the two cores about
+# a third busy with two workers), so more workers than cores keep them busy; module
 # fixtures (a Kafka cluster, a scenario's runs) are built once; the 15 slowest tests are listed at the end.
 # TEST_WORKERS=0 runs the suite in the calling process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: venv java jars browser prometheus lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
