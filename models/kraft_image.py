@@ -36,6 +36,8 @@ NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.leader when the leader did not change
 SAME_EPOCH_LEADER = "same_epoch_leader"
 """In a ``CONTROLLER_ELECTED`` event's detail: the other leader the log named in the same quorum epoch."""
+RECOVERING = 1
+"""``leaderRecoveryState`` of a partition whose leader was elected uncleanly (Kafka's own mark)."""
 ELECTED_FROM_ELR = "elected_from_elr"
 """In a partition write's detail: its new leader came from the eligible leader replicas (KIP-966), not the ISR."""
 KRAFT_PATH = "kraft"
@@ -252,8 +254,10 @@ def _partition_change(image: MetadataImage, f: dict[str, Any], out: _Events) -> 
     from_elr = False
     if leader != NO_LEADER_CHANGE:
         now.leader, now.leader_epoch = leader, before.leader_epoch + 1
-        # KIP-966: a replica in the eligible leader replicas was in sync when the ISR emptied; electing it is clean
-        from_elr = leader >= 0 and leader != before.leader and leader not in before.isr and leader in before.elr
+        # KIP-966: a replica in the eligible leader replicas was in sync when the ISR emptied; electing it is clean,
+        # unless Kafka itself marks the election unclean (the leader's log must recover)
+        from_elr = (leader >= 0 and leader != before.leader and leader not in before.isr and leader in before.elr
+                    and int(f.get("leaderRecoveryState", -1)) != RECOVERING)
     for name, attr in (("isr", "isr"), ("replicas", "replicas"), ("addingReplicas", "adding"),
                        ("removingReplicas", "removing"), ("eligibleLeaderReplicas", "elr"),
                        ("lastKnownElr", "last_known_elr")):

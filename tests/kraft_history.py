@@ -36,7 +36,8 @@ def partition(name: str, p: int, replicas: Sequence[int], isr: Sequence[int], le
 
 
 def partition_change(name: str, p: int, *, leader: int | None = None, isr: Sequence[int] | None = None,
-                     replicas: Sequence[int] | None = None, elr: Sequence[int] | None = None) -> bytes:
+                     replicas: Sequence[int] | None = None, elr: Sequence[int] | None = None,
+                     recovery: int | None = None) -> bytes:
     """A PartitionChangeRecord: v0, or v2 when it carries eligible leader replicas (tag 6)."""
     tags: dict[int, bytes] = {}
     if elr is not None:
@@ -47,6 +48,8 @@ def partition_change(name: str, p: int, *, leader: int | None = None, isr: Seque
         tags[1] = kb.i32(leader)
     if replicas is not None:
         tags[2] = kb.int32s(replicas)
+    if recovery is not None:
+        tags[5] = kb.i8(recovery)
     return kb.metadata_value(5, 0 if elr is None else 2, kb.i32(p) + kb.uuid_bytes(topic_id(name)) + kb.tagged(tags))
 
 

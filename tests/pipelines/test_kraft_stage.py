@@ -110,9 +110,12 @@ def test_a_leader_from_the_eligible_leader_replicas_is_a_clean_election() -> Non
     log.add(kh.partition_change("orders", 0, leader=2, isr=[2], elr=[]))  # 11: ELR member elected: clean
     log.add(kh.partition_change("orders", 1, leader=-1, isr=[], elr=[]))  # 12
     log.add(kh.partition_change("orders", 1, leader=3, isr=[3]))  # 13: from nowhere: unclean
+    log.add(kh.partition_change("orders", 0, leader=-1, isr=[], elr=[3]))  # 14
+    log.add(kh.partition_change("orders", 0, leader=3, isr=[3], elr=[], recovery=1))  # 15: Kafka marks it unclean
     found = {(a["kind"], a["zxid"]) for a in run(log, [11])["anomalies"]}
     assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 13) in found
     assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 11) not in found
+    assert (AnomalyKind.UNCLEAN_LEADER_ELECTION, 15) in found
 
 
 def kinds_at(log: kh.KraftLog, kind: AnomalyKind) -> list[tuple[int, object, object]]:
