@@ -316,7 +316,8 @@ class KRaftCluster:
         if (node.data_dir / "meta.properties").is_file():
             return
         out = run_tool(self.classpath, STORAGE_TOOL,
-                       ["format", "--cluster-id", self.cluster_id, "--config", str(props)], timeout_s=120)
+                       # "=": an id may start with "-", which the tool's parser would take for an option
+                       ["format", f"--cluster-id={self.cluster_id}", "--config", str(props)], timeout_s=120)
         if not (node.data_dir / "meta.properties").is_file():
             raise UserError(f"formatting node {node_id} left no meta.properties: {out.strip()[-400:]}")
 
