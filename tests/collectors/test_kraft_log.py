@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
@@ -204,10 +203,13 @@ def test_gzip_batch(tmp_path: Path) -> None:
     assert decode_metadata_record(only.records[49].value or b"").fields["name"] == "t49"
 
 
-@pytest.mark.parametrize(("codec", "module"), [("zstd", "zstandard"), ("lz4", "lz4"), ("snappy", "snappy")])
-def test_codec_without_a_module_is_an_error(tmp_path: Path, codec: str, module: str) -> None:
-    if importlib.util.find_spec(module) or importlib.util.find_spec("cramjam"):
-        pytest.skip(f"a {codec} module is installed")
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "snappy"])
+def test_codec_without_a_module_is_an_error(tmp_path: Path, codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as on a machine without the optional codec modules (the pinned set has none): no import finds one
+    import collectors.kraft_log as kraft_log
+
+    monkeypatch.setattr(kraft_log, "_try_import", lambda name: None)
+    monkeypatch.setattr(kraft_log, "_decompressors", {"gzip": kraft_log.gzip.decompress})
     path = write(tmp_path / "x.log", batch(0, [record(0, b"v")], codec=codec, compressed_payload=b"\x00" * 8))
     with pytest.raises(KraftLogError) as info:
         list(read_batches(path))
