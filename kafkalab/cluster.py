@@ -371,20 +371,30 @@ class KafkaCluster:
 
     @staticmethod
     def _signal(broker: Broker, sig: signal.Signals) -> None:
-        if broker.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(broker.proc.pid, sig)
+        signal_group(broker.proc, sig)
 
     @staticmethod
     def _wait_exit(broker: Broker, timeout_s: float) -> bool:
-        if broker.proc is None:
-            return True
-        try:
-            broker.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(broker.proc.pid, signal.SIGKILL)
-            broker.proc.wait(10)
-            return False
+        return wait_or_kill(broker.proc, timeout_s)
+
+
+def signal_group(proc: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:
+    """``sig`` to a started JVM's process group (each node runs in a session of its own), if it still runs."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes] | None, timeout_s: float) -> bool:
+    """Wait for ``proc`` to exit; after ``timeout_s`` SIGKILL its group. True when it exited by itself."""
+    if proc is None:
         return True
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        return False
+    return True

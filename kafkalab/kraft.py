@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
@@ -34,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kafkalab.cluster import die_with_parent
+from kafkalab.cluster import die_with_parent, signal_group, wait_or_kill
 from services.errors import UserError
 from services.jvm import installed_jars
 from services.zookeeper import HOST, find_java, free_port
@@ -492,23 +491,11 @@ class KRaftCluster:
 
     @staticmethod
     def _signal(node: Node, sig: signal.Signals) -> None:
-        if node.proc is None or node.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(node.proc.pid, sig)
+        signal_group(node.proc, sig)
 
     @staticmethod
     def _wait_exit(node: Node, timeout_s: float) -> bool:
-        if node.proc is None:
-            return True
-        try:
-            node.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(node.proc.pid, signal.SIGKILL)
-            node.proc.wait(10)
-            return False
-        return True
+        return wait_or_kill(node.proc, timeout_s)
 
 
 def admin_client_on(address: str, request_timeout_ms: int = 3000) -> Any:
