@@ -75,7 +75,7 @@ def kafka_line(name: str) -> KafkaLine:
 
 # Loggers, appenders and levels as in Kafka's shipped config/log4j.properties: controller.log takes
 # kafka.controller at TRACE, state-change.log takes state.change.logger at INFO, the rest goes to server.log.
-_LOG4J = """\
+BROKER_LOG4J = """\
 log4j.rootLogger=INFO, kafkaAppender
 log4j.appender.kafkaAppender=org.apache.log4j.FileAppender
 log4j.appender.kafkaAppender.File=${kafka.logs.dir}/server.log
@@ -131,8 +131,8 @@ _BROKER_DEFAULTS: dict[str, str] = {
     "leader.imbalance.check.interval.seconds": "3600",
 }
 
-_JVM_OPTS = ("-Xmx320m", "-Xms64m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             "-XX:MaxDirectMemorySize=128m", "-Djava.awt.headless=true")
+BROKER_JVM_OPTS = ("-Xmx320m", "-Xms64m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                   "-XX:MaxDirectMemorySize=128m", "-Djava.awt.headless=true")
 
 
 def die_with_parent(sig: signal.Signals) -> Callable[[], None]:
@@ -233,8 +233,8 @@ class KafkaCluster:
         broker.log_dir.mkdir(parents=True, exist_ok=True)
         props = broker.home / "server.properties"
         props.write_text(self._server_properties(broker))
-        (broker.home / "log4j.properties").write_text(_LOG4J.replace("{state_change_level}", self.kline.state_change_level))
-        cmd = [find_java(), *_JVM_OPTS, f"-Dkafka.logs.dir={broker.log_dir}",
+        (broker.home / "log4j.properties").write_text(BROKER_LOG4J.replace("{state_change_level}", self.kline.state_change_level))
+        cmd = [find_java(), *BROKER_JVM_OPTS, f"-Dkafka.logs.dir={broker.log_dir}",
                f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
                "-cp", self.classpath, MAIN_CLASS, str(props)]
         with (broker.home / "stdout.log").open("ab") as out:

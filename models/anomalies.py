@@ -31,6 +31,13 @@ class AnomalyKind(StrEnum):
     STALE_ZK_VERSION_ISR_UPDATE = "STALE_ZK_VERSION_ISR_UPDATE"  # KAFKA-2729: a leader's ISR write refused
     FENCED_BROKER_IN_ISR = "FENCED_BROKER_IN_ISR"  # KRaft: an ISR still names a fenced broker beside others
     METADATA_TRANSACTION_UNFINISHED = "METADATA_TRANSACTION_UNFINISHED"  # KRaft: a transaction begun, never ended
+    # ZooKeeper -> KRaft migration (models/migration.py)
+    MIGRATION_STORES_DIVERGED = "MIGRATION_STORES_DIVERGED"  # ZooKeeper and the log disagree at a settled point
+    MIGRATION_OUT_OF_BAND_ZK_WRITE = "MIGRATION_OUT_OF_BAND_ZK_WRITE"  # a write to ZooKeeper by another session
+    MIGRATION_RESYNC_OVERWROTE_ZK = "MIGRATION_RESYNC_OVERWROTE_ZK"  # a full KRaft->ZK sync changed znodes
+    MIGRATION_STALE_ZNODE = "MIGRATION_STALE_ZNODE"  # /migration left by an earlier attempt (KAFKA-17146)
+    MIGRATION_KRAFT_EPOCH_AHEAD = "MIGRATION_KRAFT_EPOCH_AHEAD"  # KRaft epoch above /controller_epoch (rollback)
+    MIGRATION_FINALIZED_BROKER_UNREGISTERED = "MIGRATION_FINALIZED_BROKER_UNREGISTERED"  # finalized too early
 
 
 class SplitBrainReason(StrEnum):
@@ -61,6 +68,12 @@ SEVERITY: Final[dict[AnomalyKind, str]] = {
     AnomalyKind.STALE_ZK_VERSION_ISR_UPDATE: "warning",
     AnomalyKind.FENCED_BROKER_IN_ISR: "error",
     AnomalyKind.METADATA_TRANSACTION_UNFINISHED: "error",
+    AnomalyKind.MIGRATION_STORES_DIVERGED: "error",
+    AnomalyKind.MIGRATION_OUT_OF_BAND_ZK_WRITE: "error",
+    AnomalyKind.MIGRATION_RESYNC_OVERWROTE_ZK: "warning",
+    AnomalyKind.MIGRATION_STALE_ZNODE: "critical",
+    AnomalyKind.MIGRATION_KRAFT_EPOCH_AHEAD: "warning",
+    AnomalyKind.MIGRATION_FINALIZED_BROKER_UNREGISTERED: "critical",
 }
 
 EPISODE_KINDS: Final = frozenset({AnomalyKind.OFFLINE_PARTITION, AnomalyKind.NO_ACTIVE_CONTROLLER,

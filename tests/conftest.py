@@ -155,6 +155,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for mark in sorted(marks):
             if item.get_closest_marker(mark) is None:
                 item.add_marker(mark)
+    items[:] = costliest_files_first(items)
+
+
+# how long a test file tends to take, by the costliest of the fixtures its tests need
+FIXTURE_COST: dict[str, int] = {
+    "starts_spark_cluster": 6, "starts_kraft": 5, "starts_kafka": 5, "takes_minutes": 4, "runs_prometheus": 3,
+    "starts_spark": 2, "spark": 2, "zk_server": 1, "starts_zookeeper": 1,
+}
+
+
+def costliest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items with their files in the order of their cost, costliest first, each file's own order kept.
+    pytest-xdist hands out whole files (`--dist loadfile`) in collection order, so the few files that take
+    minutes start at once instead of last, and the many short ones fill the workers' time around them."""
+    cost: dict[str, tuple[int, int]] = {}
+    for item in items:
+        top = max((FIXTURE_COST.get(n, 0) for n in getattr(item, "fixturenames", ())), default=0)
+        fixed, count = cost.get(item.nodeid.split("::")[0], (0, 0))
+        cost[item.nodeid.split("::")[0]] = (max(fixed, top), count + 1)
+    return sorted(items, key=lambda item: tuple(-c for c in cost[item.nodeid.split("::")[0]]))
 
 
 DERIVED = tuple(t.name for t in DERIVED_TABLES)

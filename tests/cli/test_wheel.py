@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,9 +25,17 @@ from pathlib import Path
 
 import pytest
 
+from services.spark_session import SPARK_LOG
+
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
+
+
+# a log4j2 line of our pattern ("08:23:03 WARN ResolveWriteToStream: ..."), the JVM's own warning, Spark's
+# default profile banner, the transformWithStateInPandas worker's prints
+SPARK_NOISE = re.compile(r"^\d\d:\d\d:\d\d (WARN|ERROR|INFO) |log4j|Using incubator modules|TransformWithStateInPandas",
+                         re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -151,3 +160,9 @@ def test_spark_command_runs_with_zkledger_jvm_dir(installed: Installed) -> None:
     done = installed.zkledger("--lake", "lake3", "rebuild", env={"ZKLEDGER_JVM_DIR": str(jvm_dir())})
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert done.stdout.startswith("rebuilt ")
+    # the terminal shows zkledger's lines only; Spark's own logs went to the lake (and `-v` brings them back: tests/cli/test_quiet_logs.py)
+    assert SPARK_NOISE.search(done.stderr) is None, done.stderr
+    logged = (installed.work / "lake3" / SPARK_LOG).read_text()
+    # the streaming query's warning (log4j2) and the stateful operator's Python worker (inherited stderr)
+    assert re.search(r"^\d\d:\d\d:\d\d WARN ", logged, re.MULTILINE), logged[:2000]
+    assert "TransformWithStateInPandas Python worker" in logged

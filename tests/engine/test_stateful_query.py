@@ -5,7 +5,8 @@ committed to bronze in several Delta commits. The driver-side run of all history
 reference; the streaming query (4 buckets)
 runs from a fresh checkpoint with ``availableNow``, one micro-batch per commit (``maxFilesPerTrigger=1``),
 restarted on its checkpoint. Every derived table must be equal row for row. (``tests/e2e/test_differential.py``
-runs it on the scenarios too, in one micro-batch and in chunks.)
+runs it on the scenarios too, in one micro-batch and in chunks; `zkledger rebuild` then `zkledger monitor` as
+processes on one checkpoint: tests/engine/test_commit_points.py, whose killed rebuild the monitor finishes.)
 """
 
 from __future__ import annotations
@@ -117,27 +118,3 @@ def test_micro_batches_and_restarts_equal_one_batch_in_the_driver(spark: Any, tm
     # forgets a replica, so a bucket's state file keeps them
     kept = {r["replica"] for r in lake.read_arrow("replica_state").to_pylist() if (r["topic"], r["partition"]) == ("t1", 0)}
     assert {3, 4} <= kept
-
-
-def test_the_cli_rebuilds_then_monitors(tmp_path: Path, reference: Lake) -> None:
-    """`zkledger rebuild` on the first commits, then `zkledger monitor --available-now` continues on its
-    checkpoint with the rest. (A rebuild run twice: tests/engine/test_rebuild.py.)"""
-    import subprocess
-    import sys
-
-    commits = _history()
-    lake = _lake(tmp_path / "lake", commits[:2])
-    conf = tmp_path / "zkledger.toml"  # a small history: few buckets and shuffle partitions
-    conf.write_text("[pipeline]\nbuckets = 4\n\n[spark]\nshuffle_partitions = 2\n")
-
-    def cli(*argv: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "zkledger.cli", "--conf", str(conf), "--lake", str(lake.root),
-                               "--cluster", lake.cluster, *argv], capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout.strip().splitlines()[-1]
-
-    assert cli("rebuild").startswith("rebuilt ")
-    for i, rows in enumerate(commits[2:], start=3):
-        lake.append("znode_events", rows, writer_id="t", batch_seq=i)
-    assert "monitor caught up and stopped" in cli("monitor", "--available-now")
-    assert_same_tables(lake, reference, COMPARED)

@@ -69,7 +69,11 @@ def test_state_at_every_settled_sample_equals_what_kafka_reported(lab: KRaftLabR
 def test_controller_tenures_are_the_quorum_leaders_the_nodes_logged(lab: KRaftLabResult) -> None:
     logged = lab.logged_elections()
     assert len(logged) >= 2, "no failover in the nodes' controller.log"
-    assert lab.tenures() == logged
+    tenures = lab.tenures()
+    assert logged <= tenures
+    # a node can win a quorum election and lose the next before its controller logs that it became active (seen
+    # on a loaded machine, at start-up): a tenure the logs lack must have been ended by a later epoch
+    assert all(epoch < max(e for _, e in logged) for _, epoch in tenures - logged)
 
 
 @pytest.mark.parametrize("name", ROUTINES)

@@ -1,0 +1,207 @@
+"""zkledger recording a real ZooKeeper -> KRaft migration (KIP-866) of Kafka 3.9 (`kafkalab.migration`).
+
+One clean migration plays: three ZooKeeper-mode brokers with four topics and some data; one KRaft controller
+formatted with ZooKeeper's cluster id, started in migration mode; the brokers rolled into migration mode until the
+controller has copied ZooKeeper's metadata and dual-writes; during dual-write a topic created (`fresh`), one
+deleted (`doomed`) and a partition reassigned (`moving` 0: [1, 2] -> [2, 3]); the brokers rolled to KRaft mode;
+the controller restarted without ZooKeeper (finalization). `collect txnlog`, `collect logs` and `collect kraft`
+run beside it into one lake, which every check below reads (no rebuild, no Spark: the bronze tables, and the
+codec for what `decode_quarantine` would hold). About 65 s for the file on two idle cores, two minutes when the
+cores are shared with other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkalab.migration import (
+    CONTROLLER_FIRST_ID,
+    MIGRATION_ZNODE,
+    TOPICS_BEFORE,
+    MigrationLab,
+)
+from kafkalab.truth import NO_LEADER, PartitionView
+from models.events import Source, ZnodeChange, ZnodeOp
+from models.kraft_records import MetadataRecordType, decode_metadata_record
+from models.migration import ZkMigrationState
+from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, QUARANTINE, ZNODE_EVENTS
+
+CREATED = "fresh"
+DELETED = "doomed"
+MOVED, MOVED_TO = "moving", [2, 3]
+TABLES = (ZNODE_EVENTS, KRAFT_RECORDS, QUARANTINE, CONTROLLER_DECISIONS)
+R = MetadataRecordType
+
+
+@dataclass
+class Migrated:
+    lab: MigrationLab
+    served: dict[tuple[str, int], PartitionView]  # every broker's answer after finalization
+    listed: set[str]  # ListTopics after finalization
+    tables: dict[str, list[dict[str, Any]]]
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return sorted(self.tables[ZNODE_EVENTS.name], key=lambda r: r["zxid"])
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return sorted(self.tables[KRAFT_RECORDS.name], key=lambda r: r["offset"])
+
+    def decoded(self, record_type: R) -> list[tuple[int, dict[str, Any]]]:
+        """(offset, fields) of every collected record of `record_type`, in log order."""
+        return [(r["offset"], decode_metadata_record(r["value"]).fields) for r in self.records
+                if r["record_type"] == record_type.name]
+
+    def migration_writes(self) -> list[dict[str, Any]]:
+        return [r for r in self.events if r["path"] == MIGRATION_ZNODE]
+
+    def controller_session(self) -> int:
+        """The KRaft controller's ZooKeeper session: the one that writes /migration."""
+        sessions = {r["session_id"] for r in self.migration_writes()}
+        assert len(sessions) == 1, f"/migration written by several sessions: {sessions}"
+        return int(sessions.pop())
+
+
+def dual_write_actions(lab: MigrationLab) -> None:
+    lab.create_topic(CREATED, partitions=2, replication=2)
+    lab.delete_topic(DELETED)
+    lab.reassign(MOVED, 0, MOVED_TO)
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, starts_kraft: None,
+             takes_minutes: None) -> Iterator[Migrated]:
+    """One clean migration, start to finalization, recorded by the three collectors."""
+    lab = MigrationLab(tmp_path_factory.mktemp("migration"), out=sys.stderr)
+    with lab:
+        lab.run(during_dual_write=dual_write_actions)
+        served = lab.view()
+        admin = lab.admin()
+        try:
+            listed = set(admin.list_topics())
+        finally:
+            admin.close()
+    yield Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name))
+
+
+def read_tables(lake_root: Path, cluster: str) -> dict[str, list[dict[str, Any]]]:
+    from lakehouse import Lake
+
+    lake = Lake(lake_root, cluster=cluster)
+    return {t.name: (lake.read_arrow(t.name).to_pylist() if lake.exists(t.name) else []) for t in TABLES}
+
+
+def test_the_collectors_read_everything_and_quarantined_nothing(migrated: Migrated) -> None:
+    assert migrated.lab.collector_codes == {"txnlog": 0, "logs": 0, "kraft": 0}
+    assert migrated.tables[QUARANTINE.name] == []
+    offsets = [r["offset"] for r in migrated.records]
+    assert offsets and offsets == list(range(offsets[0], offsets[0] + len(offsets))), "a hole in the KRaft log"
+    assert {r["source"] for r in migrated.records} == {"segment"}
+    controller_logs = {r["source_file"] for r in migrated.tables[CONTROLLER_DECISIONS.name]
+                       if f"controller-{CONTROLLER_FIRST_ID}" in r["source_file"]}
+    assert controller_logs, "collect logs read nothing of the KRaft controller's logs"
+
+
+def test_every_collected_znode_change_decodes(migrated: Migrated) -> None:
+    """What a rebuild would put in decode_quarantine: the codec's MalformedZnodeError, per bronze row."""
+    from models.errors import MalformedZnodeError
+    from models.znode_codec import decode
+
+    undecodable = []
+    for row in migrated.events:
+        change = ZnodeChange(zxid=row["zxid"], path=row["path"], op=ZnodeOp(row["op"]), data=row["data"],
+                             version=row["version"], czxid=row["czxid"], mzxid=row["mzxid"], pzxid=row["pzxid"],
+                             ephemeral_owner=row["ephemeral_owner"], session_id=row["session_id"],
+                             txn_time=row["txn_time"], detail=row["detail"])
+        try:
+            decode(change, "3.9")
+        except MalformedZnodeError as e:
+            undecodable.append((row["zxid"], row["path"], str(e)))
+    assert undecodable == []
+
+
+def test_the_migration_znode_carries_the_controllers_kraft_offsets(migrated: Migrated) -> None:
+    writes = migrated.migration_writes()
+    assert {r["source"] for r in writes} == {str(Source.TXNLOG)}
+    assert writes[0]["op"] == ZnodeOp.CREATE and all(r["op"] == ZnodeOp.SET for r in writes[1:])
+    assert [r["version"] for r in writes] == list(range(len(writes))), "a /migration write is missing"
+    payloads = [json.loads(r["data"]) for r in writes]
+    assert payloads[0]["kraft_controller_id"] == -1  # created when the controller starts, before it leads
+    claimed = [p for p in payloads if p["kraft_controller_id"] == CONTROLLER_FIRST_ID]
+    offsets = [p["kraft_metadata_offset"] for p in claimed if p["kraft_metadata_offset"] >= 0]
+    assert len(offsets) > 3 and offsets == sorted(offsets), "the offsets in /migration go back"
+    # /migration names offsets the controller's log really holds (up to its last dual-write)
+    collected = {r["offset"] for r in migrated.records}
+    assert set(offsets) <= collected
+
+
+def test_the_kraft_log_holds_the_migration_states_in_order(migrated: Migrated) -> None:
+    states = [(off, ZkMigrationState(f["zkMigrationState"])) for off, f in
+              migrated.decoded(R.ZK_MIGRATION_STATE_RECORD)]
+    assert [s for _, s in states] == [ZkMigrationState.PRE_MIGRATION, ZkMigrationState.MIGRATION,
+                                      ZkMigrationState.POST_MIGRATION]
+    # MIGRATION closes the transaction that holds what was read from ZooKeeper
+    begins = {off: f["name"] for off, f in migrated.decoded(R.BEGIN_TRANSACTION_RECORD)}
+    ends = [off for off, _ in migrated.decoded(R.END_TRANSACTION_RECORD)]
+    begin = max(off for off, name in begins.items() if name == "ZK Migration")
+    end = min(off for off in ends if off > begin)
+    assert begin < states[1][0] < end
+
+
+def test_the_kraft_log_holds_the_topics_from_zookeeper_and_from_dual_write(migrated: Migrated) -> None:
+    topics = migrated.decoded(R.TOPIC_RECORD)
+    begin = max(off for off, f in migrated.decoded(R.BEGIN_TRANSACTION_RECORD) if f["name"] == "ZK Migration")
+    migrated_state = next(off for off, f in migrated.decoded(R.ZK_MIGRATION_STATE_RECORD)
+                          if f["zkMigrationState"] == ZkMigrationState.MIGRATION)
+    loaded = {f["name"] for off, f in topics if begin < off < migrated_state}
+    assert loaded == set(TOPICS_BEFORE)
+    created = [off for off, f in topics if f["name"] == CREATED]
+    assert len(created) == 1 and created[0] > migrated_state
+    doomed_id = next(f["topicId"] for _, f in topics if f["name"] == DELETED)
+    assert [f["topicId"] for _, f in migrated.decoded(R.REMOVE_TOPIC_RECORD)] == [doomed_id]
+
+
+def test_dual_writes_reach_zookeeper_through_the_controllers_session(migrated: Migrated) -> None:
+    session = migrated.controller_session()
+    brokers = {r["session_id"] for r in migrated.events
+               if r["op"] == ZnodeOp.CREATE and r["path"].startswith("/brokers/ids/")}
+    assert session not in brokers
+    by_path = {(r["op"], r["path"]): r for r in migrated.events}
+    created = by_path[(ZnodeOp.CREATE, f"/brokers/topics/{CREATED}")]
+    deleted = by_path[(ZnodeOp.DELETE, f"/brokers/topics/{DELETED}")]
+    assert created["session_id"] == deleted["session_id"] == session
+    moved = [r for r in migrated.events if r["op"] == ZnodeOp.SET and r["path"] == f"/brokers/topics/{MOVED}"]
+    assert moved and {r["session_id"] for r in moved} == {session}
+    assert json.loads(moved[-1]["data"])["partitions"]["0"] == MOVED_TO
+
+
+def test_a_dual_write_batch_ends_with_a_migration_write_and_is_then_acknowledged(migrated: Migrated) -> None:
+    """Each znode of a KRaft change is its own multi; the batch's last one also sets /migration, still to the
+    offset ZooKeeper reflected before the batch; a /migration write of its own then moves it to the batch's end."""
+    session = migrated.controller_session()
+    writes = {r["zxid"]: json.loads(r["data"])["kraft_metadata_offset"] for r in migrated.migration_writes()}
+    topic_znodes = sorted({r["zxid"] for r in migrated.events if r["session_id"] == session and r["op"] == ZnodeOp.CREATE
+                           and r["path"].startswith((f"/brokers/topics/{CREATED}", f"/config/topics/{CREATED}"))})
+    assert len(topic_znodes) >= 2 + 2 * 2, "topic, config, partitions and each partition and its state"
+    assert [z for z in topic_znodes if z in writes] == [topic_znodes[-1]], "not only the batch's last multi"
+    created = next(r for r in migrated.records if r["record_type"] == R.TOPIC_RECORD.name
+                   and decode_metadata_record(r["value"]).fields["name"] == CREATED)
+    assert writes[topic_znodes[-1]] < created["offset"]
+    after = min(z for z in writes if z > topic_znodes[-1])
+    assert writes[after] == created["batch_last_offset"]
+
+
+def test_the_finalized_cluster_still_serves_the_topics(migrated: Migrated) -> None:
+    expected = (set(TOPICS_BEFORE) - {DELETED}) | {CREATED}
+    assert expected <= migrated.listed and DELETED not in migrated.listed
+    assert {t for t, _ in migrated.served} == expected
+    assert all(v.leader != NO_LEADER for v in migrated.served.values())
+    assert migrated.served[(MOVED, 0)].replicas == tuple(MOVED_TO)
