@@ -42,6 +42,7 @@ from collectors.kraft_log import (
     read_batches,
 )
 from lakehouse.arrow_schema import arrow_schema
+from models.events import KraftRecordSource
 from models.ids import event_id
 from models.kraft_records import (
     KraftDecodeError,
@@ -56,9 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SEGMENT = "segment"
-SNAPSHOT = "snapshot"
-GAP = "gap"
+SEGMENT, SNAPSHOT, GAP = KraftRecordSource.SEGMENT, KraftRecordSource.SNAPSHOT, KraftRecordSource.GAP
 SOURCE = "kraft"  # the quarantine rows' source column, and the metrics' source label
 QUARANTINE_SOURCE = SOURCE
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable batch, kept (hex) in its quarantine row

@@ -49,6 +49,14 @@ class Source(StrEnum):
     TXNLOG = "txnlog"
 
 
+class KraftRecordSource(StrEnum):
+    """Where a ``kraft_records`` row was read (its ``source`` column)."""
+
+    SEGMENT = "segment"  # a metadata log segment
+    SNAPSHOT = "snapshot"  # a .checkpoint snapshot
+    GAP = "gap"  # offsets deleted before the collector read them (the snapshot covering them is named)
+
+
 class TenureSource(StrEnum):
     """Where a controller tenure was read from (the ``source`` column of ``controller_tenure``)."""
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from models.anomalies import AnomalyKind, SplitBrainReason
-from models.events import MetadataEvent, MetadataEventType
+from models.events import KraftRecordSource, MetadataEvent, MetadataEventType
 from models.ids import metadata_event_id
 from models.kraft_image import (
     ELECTED_FROM_ELR,
@@ -55,14 +55,6 @@ from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 
 KRAFT_STAGE = -2
 """The bucket number of a KRaft cluster's one key."""
-
-
-class KraftSource:
-    """The ``source`` column of ``kraft_records``."""
-
-    SEGMENT = "segment"
-    SNAPSHOT = "snapshot"
-    GAP = "gap"
 
 
 @dataclass(frozen=True)
@@ -165,10 +157,10 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
     a record, the snapshot that covers it (the first ending at or after the record, else the newest before)."""
     rows = records.select(["offset", "leader_epoch", "batch_timestamp", "is_control", "key", "value", "source",
                            "snapshot_id"]).to_pylist()
-    segment = sorted((r for r in rows if r["source"] == KraftSource.SEGMENT), key=lambda r: r["offset"])
+    segment = sorted((r for r in rows if r["source"] == KraftRecordSource.SEGMENT), key=lambda r: r["offset"])
     snapshots: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        if r["source"] == KraftSource.SNAPSHOT and r["snapshot_id"]:
+        if r["source"] == KraftRecordSource.SNAPSHOT and r["snapshot_id"]:
             snapshots.setdefault(r["snapshot_id"], []).append(r)
     pending = sorted(((int(sid.split("-")[0]), sid) for sid in snapshots), reverse=True)
     out: list[tuple[MetadataEvent, str]] = []

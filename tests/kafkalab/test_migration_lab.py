@@ -25,17 +25,28 @@ from kafkalab.migration import (
     CONTROLLER_FIRST_ID,
     MIGRATION_ZNODE,
     TOPICS_BEFORE,
+    BrokerMode,
     MigrationLab,
 )
+from kafkalab.migration_story import (
+    CREATED,
+    DELETED,
+    MOVED,
+    MOVED_TO,
+    PLANTED_TOPIC,
+    dual_write_actions,
+    judge,
+    migration_json,
+    plant_config_write,
+    restart_controller,
+)
 from kafkalab.truth import NO_LEADER, PartitionView
+from models.anomalies import AnomalyKind as K
 from models.events import Source, ZnodeChange, ZnodeOp
 from models.kraft_records import MetadataRecordType, decode_metadata_record
-from models.migration import ZkMigrationState
+from models.migration import BlockReason, EntityKind, MigrationPhase, ZkMigrationState
 from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, QUARANTINE, ZNODE_EVENTS
 
-CREATED = "fresh"
-DELETED = "doomed"
-MOVED, MOVED_TO = "moving", [2, 3]
 TABLES = (ZNODE_EVENTS, KRAFT_RECORDS, QUARANTINE, CONTROLLER_DECISIONS)
 R = MetadataRecordType
 
@@ -46,6 +57,8 @@ class Migrated:
     served: dict[tuple[str, int], PartitionView]  # every broker's answer after finalization
     listed: set[str]  # ListTopics after finalization
     tables: dict[str, list[dict[str, Any]]]
+    judged: dict[str, dict[str, Any]]  # `zkledger migration --format json` at each JUDGED point
+    planted_zxid: int  # the out-of-band write's zxid
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -63,33 +76,44 @@ class Migrated:
     def migration_writes(self) -> list[dict[str, Any]]:
         return [r for r in self.events if r["path"] == MIGRATION_ZNODE]
 
-    def controller_session(self) -> int:
-        """The KRaft controller's ZooKeeper session: the one that writes /migration."""
-        sessions = {r["session_id"] for r in self.migration_writes()}
-        assert len(sessions) == 1, f"/migration written by several sessions: {sessions}"
-        return int(sessions.pop())
+    def controller_sessions(self) -> list[int]:
+        """The KRaft controller's ZooKeeper sessions, in order: those that write /migration (a new one after the
+        controller's restart)."""
+        return list(dict.fromkeys(int(r["session_id"]) for r in self.migration_writes()))
 
 
-def dual_write_actions(lab: MigrationLab) -> None:
-    lab.create_topic(CREATED, partitions=2, replication=2)
-    lab.delete_topic(DELETED)
-    lab.reassign(MOVED, 0, MOVED_TO)
+# the points at which `zkledger migration` judges the lake (kafkalab.migration_story): the brokers on KRaft after
+# a clean dual-write; after a plain ZooKeeper client changed a topic's config; after the controller was killed and
+# restarted (its re-sync of ZooKeeper from the log undoes that change); after finalization
+CLEAN, PLANTED, RESYNCED, FINALIZED = "clean", "planted", "resynced", "finalized"
 
 
 @pytest.fixture(scope="module")
 def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, starts_kraft: None,
              takes_minutes: None) -> Iterator[Migrated]:
-    """One clean migration, start to finalization, recorded by the three collectors."""
+    """One migration, start to finalization, recorded by the three collectors and judged at each JUDGED point."""
     lab = MigrationLab(tmp_path_factory.mktemp("migration"), out=sys.stderr)
+    judged: dict[str, dict[str, Any]] = {}
     with lab:
-        lab.run(during_dual_write=dual_write_actions)
+        lab.start_controllers()
+        lab.roll_brokers(BrokerMode.MIGRATING)
+        lab.wait_dual_write()
+        lab.during_dual_write(dual_write_actions)
+        lab.roll_brokers(BrokerMode.KRAFT)
+        judged[CLEAN] = judge(lab)
+        planted = plant_config_write(lab)  # an operator's script, not Kafka: the next re-sync undoes it
+        judged[PLANTED] = judge(lab, settled_after_zxid=planted)
+        restart_controller(lab)
+        judged[RESYNCED] = judge(lab, settled_after_zxid=planted)
+        lab.finalize()
         served = lab.view()
         admin = lab.admin()
         try:
             listed = set(admin.list_topics())
         finally:
             admin.close()
-    yield Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name))
+    judged[FINALIZED] = migration_json(lab.lake_root, lab.cluster_name)
+    yield Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name), judged, planted)
 
 
 def read_tables(lake_root: Path, cluster: str) -> dict[str, list[dict[str, Any]]]:
@@ -170,7 +194,7 @@ def test_the_kraft_log_holds_the_topics_from_zookeeper_and_from_dual_write(migra
 
 
 def test_dual_writes_reach_zookeeper_through_the_controllers_session(migrated: Migrated) -> None:
-    session = migrated.controller_session()
+    session = migrated.controller_sessions()[0]
     brokers = {r["session_id"] for r in migrated.events
                if r["op"] == ZnodeOp.CREATE and r["path"].startswith("/brokers/ids/")}
     assert session not in brokers
@@ -179,14 +203,16 @@ def test_dual_writes_reach_zookeeper_through_the_controllers_session(migrated: M
     deleted = by_path[(ZnodeOp.DELETE, f"/brokers/topics/{DELETED}")]
     assert created["session_id"] == deleted["session_id"] == session
     moved = [r for r in migrated.events if r["op"] == ZnodeOp.SET and r["path"] == f"/brokers/topics/{MOVED}"]
-    assert moved and {r["session_id"] for r in moved} == {session}
+    # the reassignment's writes, and the restarted controller's re-sync rewriting the topic
+    assert moved and moved[0]["session_id"] == session
+    assert {r["session_id"] for r in moved} <= set(migrated.controller_sessions())
     assert json.loads(moved[-1]["data"])["partitions"]["0"] == MOVED_TO
 
 
 def test_a_dual_write_batch_ends_with_a_migration_write_and_is_then_acknowledged(migrated: Migrated) -> None:
     """Each znode of a KRaft change is its own multi; the batch's last one also sets /migration, still to the
     offset ZooKeeper reflected before the batch; a /migration write of its own then moves it to the batch's end."""
-    session = migrated.controller_session()
+    session = migrated.controller_sessions()[0]
     writes = {r["zxid"]: json.loads(r["data"])["kraft_metadata_offset"] for r in migrated.migration_writes()}
     topic_znodes = sorted({r["zxid"] for r in migrated.events if r["session_id"] == session and r["op"] == ZnodeOp.CREATE
                            and r["path"].startswith((f"/brokers/topics/{CREATED}", f"/config/topics/{CREATED}"))})
@@ -205,3 +231,48 @@ def test_the_finalized_cluster_still_serves_the_topics(migrated: Migrated) -> No
     assert {t for t, _ in migrated.served} == expected
     assert all(v.leader != NO_LEADER for v in migrated.served.values())
     assert migrated.served[(MOVED, 0)].replicas == tuple(MOVED_TO)
+
+
+# -- `zkledger migration` at each point --------------------------------------------------------------------------
+def kinds(judged: dict[str, Any]) -> set[str]:
+    return {f["kind"] for f in judged["findings"]}
+
+
+def test_a_clean_dual_write_is_safe_to_finalize(migrated: Migrated) -> None:
+    clean = migrated.judged[CLEAN]
+    assert clean["phase"] == MigrationPhase.KRAFT_BROKERS
+    assert clean["settled_points"] >= 3 and clean["divergences"] == []
+    assert clean["findings"] == [] and clean["brokers_not_on_kraft"] == {}
+    assert clean["verdict"] == {"safe": True, "phase": MigrationPhase.KRAFT_BROKERS, "blockers": []}
+    phases = [c["phase"] for c in clean["timeline"]]
+    assert phases == [MigrationPhase.PRE_MIGRATION, MigrationPhase.LOADING, MigrationPhase.DUAL_WRITE,
+                      MigrationPhase.KRAFT_BROKERS]
+
+
+def test_a_plain_clients_config_write_during_dual_write_is_reported_and_blocks_finalizing(migrated: Migrated) -> None:
+    planted = migrated.judged[PLANTED]
+    path = f"/config/topics/{PLANTED_TOPIC}"
+    out_of_band = [f for f in planted["findings"] if f["kind"] == K.MIGRATION_OUT_OF_BAND_ZK_WRITE]
+    assert [(f["zxid"], f["details"]["path"]) for f in out_of_band] == [(migrated.planted_zxid, path)]
+    diverged = [d for point in planted["divergences"] for d in point["divergences"]]
+    assert {(d["entity"], d["key"], d["field"], d["zk_value"], d["kraft_value"]) for d in diverged} == {
+        (EntityKind.TOPIC_CONFIG, PLANTED_TOPIC, "retention.ms", "1234567", None)}
+    assert not planted["verdict"]["safe"]
+    assert {b["reason"] for b in planted["verdict"]["blockers"]} >= {BlockReason.STORES_DIVERGED}
+
+
+def test_the_restarted_controllers_resync_undoes_the_write_and_is_shown(migrated: Migrated) -> None:
+    resynced = migrated.judged[RESYNCED]
+    resyncs = [f for f in resynced["findings"] if f["kind"] == K.MIGRATION_RESYNC_OVERWROTE_ZK]
+    assert resyncs, kinds(resynced)
+    assert any(f"/config/topics/{PLANTED_TOPIC}" in json.dumps(f["details"]) for f in resyncs)
+    assert resynced["divergences"][-1]["zxid"] < resynced["last_settled"]["zxid"], "still diverged at the end"
+    serious = {f["kind"] for f in resynced["findings"] if f["severity"] in ("error", "critical")}
+    assert serious == {K.MIGRATION_OUT_OF_BAND_ZK_WRITE, K.MIGRATION_STORES_DIVERGED}
+
+
+def test_finalized_with_every_broker_on_kraft(migrated: Migrated) -> None:
+    final = migrated.judged[FINALIZED]
+    assert final["phase"] == MigrationPhase.FINALIZED
+    assert K.MIGRATION_FINALIZED_BROKER_UNREGISTERED not in kinds(final)
+    assert [b["reason"] for b in final["verdict"]["blockers"]] == [BlockReason.ALREADY_FINALIZED]

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 COMMANDS: tuple[str, ...] = (
     "demo", "zk", "simulate", "collect", "rebuild", "monitor", "state", "anomalies", "check", "report", "maintain",
-    "kafka_lab",
+    "migration", "kafka_lab",
 )
 
 Handler = Callable[[argparse.Namespace, Context], "str | tuple[str, int]"]

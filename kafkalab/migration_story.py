@@ -1,0 +1,75 @@
+"""The migration story played on real 3.9 brokers (`tests/kafkalab/test_migration_lab.py`, `zkledger kafka-lab
+migration`): a clean dual-write (a topic created, one deleted, a partition moved), then an operator's script
+writing a topic's config straight into ZooKeeper, then the KRaft controller killed and restarted (its re-sync
+of ZooKeeper from the log undoes that write). `judge` asks `zkledger migration` at each point, once the
+collectors have caught up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kafkalab.migration import DUAL_WRITE_LOG, MIGRATION_ZNODE, TOPICS_BEFORE, MigrationLab
+
+CREATED = "fresh"
+DELETED = "doomed"
+MOVED, MOVED_TO = "moving", [2, 3]
+PLANTED_TOPIC = next(iter(TOPICS_BEFORE))
+PLANTED_CONFIG: dict[str, Any] = {"version": 1, "config": {"retention.ms": "1234567"}}
+"""What the out-of-band writer sets on ``/config/topics/<PLANTED_TOPIC>``: a config KRaft never saw."""
+
+
+def dual_write_actions(lab: MigrationLab) -> None:
+    """Routine changes made through Kafka during dual-write: each reaches ZooKeeper through the controller."""
+    lab.create_topic(CREATED, partitions=2, replication=2)
+    lab.delete_topic(DELETED)
+    lab.reassign(MOVED, 0, MOVED_TO)
+
+
+def plant_config_write(lab: MigrationLab) -> int:
+    """A plain ZooKeeper client (an old `--zookeeper` tool, a script) changes a topic's config behind KRaft's
+    back; the write's zxid."""
+    with lab.kazoo() as zk:
+        stat = zk.set(f"/config/topics/{PLANTED_TOPIC}", json.dumps(PLANTED_CONFIG).encode())
+    return int(stat.mzxid)
+
+
+def restart_controller(lab: MigrationLab) -> None:
+    """kill -9 of the (only) KRaft controller and its start again: the new leader syncs ZooKeeper from the log
+    in full before it dual-writes again."""
+    (controller,) = lab.controller_ids
+    mark = lab.quorum.server_log_size(controller)
+    lab.quorum.kill(controller)
+    lab.quorum.start_node(controller, wait=False)
+    lab.quorum.wait_logged(DUAL_WRITE_LOG, "the restarted controller to dual-write again", [controller],
+                           since=mark, timeout_s=lab.wait_s)
+
+
+def migration_json(lake_root: Path, cluster: str) -> dict[str, Any]:
+    """`zkledger migration --format json` on the lake (the user's command, as a process)."""
+    done = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(lake_root), "--cluster", cluster,
+                           "migration", "--format", "json"], capture_output=True, text=True, timeout=120,
+                          check=False, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"zkledger migration exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return dict(json.loads(done.stdout.splitlines()[0]))
+
+
+def judge(lab: MigrationLab, *, settled_after_zxid: int = -1, timeout_s: float = 90.0) -> dict[str, Any]:
+    """`migration_json` once the collectors have caught up: a settled aligned point at or past the offset
+    ``/migration`` holds now, and past ``settled_after_zxid``."""
+    target = (lab.zk_json(MIGRATION_ZNODE) or {}).get("kraft_metadata_offset", -1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = migration_json(lab.lake_root, lab.cluster_name)
+        last = out["last_settled"]
+        if last is not None and last["offset"] >= target and last["zxid"] > settled_after_zxid:
+            return out
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the lake never reached a settled point at offset {target} (last: {last})")
+        time.sleep(1.0)
