@@ -13,9 +13,11 @@ cores are shared with other tests.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ from kafkalab.truth import NO_LEADER, PartitionView
 from models.anomalies import AnomalyKind as K
 from models.events import Source, ZnodeChange, ZnodeOp
 from models.kraft_records import MetadataRecordType, decode_metadata_record
-from models.migration import BlockReason, EntityKind, MigrationPhase, ZkMigrationState
+from models.migration import BlockReason, EntityKind, MigrationPhase, Store, ZkMigrationState
 from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, QUARANTINE, ZNODE_EVENTS
 
 TABLES = (ZNODE_EVENTS, KRAFT_RECORDS, QUARANTINE, CONTROLLER_DECISIONS)
@@ -59,6 +61,7 @@ class Migrated:
     tables: dict[str, list[dict[str, Any]]]
     judged: dict[str, dict[str, Any]]  # `zkledger migration --format json` at each JUDGED point
     planted_zxid: int  # the out-of-band write's zxid
+    quiet_at: datetime  # after the clean judgment, before the plant
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -101,6 +104,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, start
         lab.during_dual_write(dual_write_actions)
         lab.roll_brokers(BrokerMode.KRAFT)
         judged[CLEAN] = judge(lab)
+        quiet_at = datetime.now(UTC)  # the brokers on KRaft, every ISR full, both stores collected
         planted = plant_config_write(lab)  # an operator's script, not Kafka: the next re-sync undoes it
         judged[PLANTED] = judge(lab, settled_after_zxid=planted)
         restart_controller(lab)
@@ -113,7 +117,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, start
         finally:
             admin.close()
     judged[FINALIZED] = migration_json(lab.lake_root, lab.cluster_name)
-    yield Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name), judged, planted)
+    yield Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name), judged, planted, quiet_at)
 
 
 def read_tables(lake_root: Path, cluster: str) -> dict[str, list[dict[str, Any]]]:
@@ -276,3 +280,29 @@ def test_finalized_with_every_broker_on_kraft(migrated: Migrated) -> None:
     assert final["phase"] == MigrationPhase.FINALIZED
     assert K.MIGRATION_FINALIZED_BROKER_UNREGISTERED not in kinds(final)
     assert [b["reason"] for b in final["verdict"]["blockers"]] == [BlockReason.ALREADY_FINALIZED]
+
+
+def state_json(migrated: Migrated, at: datetime) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(migrated.lab.lake_root), "--cluster",
+                           migrated.lab.cluster_name, "state", "--at", at.isoformat(), "--format", "json"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return dict(json.loads(done.stdout.splitlines()[0]))
+
+
+def test_state_at_answers_from_zookeeper_then_both_stores_then_kraft(migrated: Migrated) -> None:
+    starts = {c["phase"]: datetime.fromisoformat(c["at"]) for c in migrated.judged[FINALIZED]["timeline"]}
+    before = state_json(migrated, starts[MigrationPhase.PRE_MIGRATION] - timedelta(milliseconds=1))
+    assert before["phase"] == MigrationPhase.ZOOKEEPER and set(before["stores"]) == {Store.ZOOKEEPER}
+    assert {p["topic"] for p in before["stores"][Store.ZOOKEEPER]["partitions"]} == set(TOPICS_BEFORE)
+    assert before["stores"][Store.ZOOKEEPER]["brokers"] == [1, 2, 3]
+    # the brokers on KRaft, before the plant: both stores, holding the same partitions
+    during = state_json(migrated, migrated.quiet_at)
+    assert during["phase"] == MigrationPhase.KRAFT_BROKERS and set(during["stores"]) == {Store.ZOOKEEPER, Store.KRAFT}
+    held = {store: [{**p, "isr": sorted(p["isr"])} for p in during["stores"][store]["partitions"]]
+            for store in (Store.ZOOKEEPER, Store.KRAFT)}
+    assert held[Store.ZOOKEEPER] == held[Store.KRAFT] and len(held[Store.KRAFT]) >= 7
+    assert during["stores"][Store.KRAFT]["brokers"] == [1, 2, 3]
+    after = state_json(migrated, starts[MigrationPhase.FINALIZED] + timedelta(seconds=1))
+    assert after["phase"] == MigrationPhase.FINALIZED and set(after["stores"]) == {Store.KRAFT}
+    final = {(p["topic"], p["partition"]): tuple(p["replicas"]) for p in after["stores"][Store.KRAFT]["partitions"]}
+    assert final == {key: view.replicas for key, view in migrated.served.items()}
