@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java maven jars browser prometheus test test-fast lint demo demo-kafka demo-kraft bench dist clean zk-start zk-status zk-stop
+.PHONY: help venv java maven jars browser prometheus test test-fast lint demo demo-kafka demo-kraft demo-migration bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
 	@echo "make demo-kafka   a controller failover and a zombie attempt on real Kafka 3.9 brokers"
 	@echo "make demo-kraft   a controller failover (kill -9), an offline partition and an unclean election on real Kafka 4.1 KRaft nodes"
+	@echo "make demo-migration   a ZooKeeper -> KRaft migration of real Kafka 3.9 brokers, an out-of-band ZooKeeper write, and the verdict on finalizing"
 	@echo "make test   install from nothing, lint, and run the whole test suite"
 	@echo "make test-fast   the tests that need no JVM (no Spark, ZooKeeper, Kafka): the venv only, under 3 minutes"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
@@ -102,6 +103,15 @@ demo-kafka: venv java jars
 demo-kraft: venv java jars
 	rm -rf $(LAKE)/kraft-demo
 	$(VENV)/bin/zkledger --lake $(LAKE)/kraft-demo --cluster kraft-demo kafka-lab kraft create controller-failover offline-partition unclean-election
+
+# A ZooKeeper -> KRaft migration of real Kafka 3.9 brokers (kafkalab.migration) with the three collectors on: a
+# KRaft controller in migration mode, the brokers rolled into migration mode, dual-write (a topic created, one
+# deleted, a partition moved), the brokers rolled to KRaft, then a plain ZooKeeper client's config write behind
+# KRaft's back; stopped before finalizing, it prints the phases, divergences, findings and the verdict (not safe to
+# finalize) and writes the report with the migration's section. About 2 minutes.
+demo-migration: venv java jars
+	rm -rf $(LAKE)/migration-demo
+	$(VENV)/bin/zkledger --lake $(LAKE)/migration-demo --cluster migration-demo kafka-lab migration
 
 bench: venv java jars
 	$(VENV)/bin/python -m benchmarks.run_all

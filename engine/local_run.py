@@ -48,13 +48,14 @@ class LocalRunner:
         self.buckets, self.kafka_version, self.offline_blip = buckets, kafka_version, offline_blip
         self.states: dict[tuple[str, int], KeyState] = {}
 
-    def step(self, bronze: pa.Table, decisions: pa.Table,
-             kraft: pa.Table | None = None) -> list[tuple[str, int, str, pa.Table]]:
-        """One batch of bronze rows (``spark_arrow_schema`` shaped): each key's (cluster, bucket, table, rows)."""
+    def step(self, bronze: pa.Table, decisions: pa.Table, kraft: pa.Table | None = None,
+             zookeeper_clusters: frozenset[str] = frozenset()) -> list[tuple[str, int, str, pa.Table]]:
+        """One batch of bronze rows (``spark_arrow_schema`` shaped): each key's (cluster, bucket, table, rows).
+        ``zookeeper_clusters`` as ``engine.stateful.stateful_stream`` takes it."""
         keyed: dict[tuple[str, int], dict[StreamPart, pa.Table]] = {}
         routed = [*route_znode_rows(bronze, self.buckets), *route_decision_rows(decisions, self.buckets)]
         if kraft is not None and kraft.num_rows:
-            routed += route_kraft_records(kraft, self.buckets)
+            routed += route_kraft_records(kraft, self.buckets, zookeeper_clusters)
         for part, rows in routed:
             for cluster, bucket, body in by_key(rows):
                 keyed.setdefault((cluster, bucket), {})[part] = body
@@ -86,7 +87,7 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     for i, (a, b) in enumerate(pairwise(cuts)):
         last = i == len(cuts) - 2
         outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0),
-                              kraft if i == 0 else None)
+                              kraft if i == 0 else None, lake.clusters(ZNODE_EVENTS.name))
         sink.commit(output_records([output_record(lake.root, table, cluster, bucket, ipc_bytes(rows))
                                     for cluster, bucket, table, rows in outputs]), i)
     return derived_counts(lake)

@@ -32,6 +32,7 @@ processing-time trigger for a monitor.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import uuid
@@ -142,12 +143,16 @@ class _Route:
 def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | None = None,
                     buckets: int = DEFAULT_BUCKETS,
                     kafka_version: str = DEFAULT_KAFKA_VERSION,
-                    offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> DataFrame:
-    """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's)."""
+                    offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
+                    zookeeper_clusters: frozenset[str] = frozenset()) -> DataFrame:
+    """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's).
+    ``zookeeper_clusters``: the clusters with a ZooKeeper history, whose KRaft records are not folded
+    (``pipelines.kraft_stage.route_kraft_rows``)."""
     routed = bronze.mapInArrow(_Route(route_znode_rows, buckets), PACKED_IN).unionByName(
         decisions.mapInArrow(_Route(route_decision_rows, buckets), PACKED_IN))
     if kraft is not None:
-        routed = routed.unionByName(kraft.mapInArrow(_Route(route_kraft_records, buckets), PACKED_IN))
+        route = functools.partial(route_kraft_records, zookeeper_clusters=zookeeper_clusters)
+        routed = routed.unionByName(kraft.mapInArrow(_Route(route, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=PipelineProcessor(kafka_version, offline_blip), outputStructType=PACKED_OUT,
         outputMode="Append",
@@ -252,7 +257,9 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
                           max_bytes_per_trigger=max_bytes_per_trigger)
              if reads_kraft(lake, checkpoint) else None)
     sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
-    writer = (stateful_stream(bronze, decisions, kraft, buckets, kafka_version, offline_blip).writeStream
+    zookeeper_clusters = lake.clusters(ZNODE_EVENTS.name) if kraft is not None else frozenset()
+    writer = (stateful_stream(bronze, decisions, kraft, buckets, kafka_version, offline_blip,
+                              zookeeper_clusters).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeAlias
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -346,6 +347,12 @@ class Lake:
             with self._current(table) as dt:
                 return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
         return self._load(table, version).to_pyarrow_dataset().to_table(columns=columns, filter=where)
+
+    def clusters(self, table: str) -> frozenset[str]:
+        """The clusters that have rows in ``table`` (its cluster column only is read)."""
+        if not self.exists(table) or self.version(table) is None:
+            return frozenset()
+        return frozenset(pc.unique(self.scan(table, columns=["cluster"])["cluster"]).to_pylist())
 
     def file_spans(self, table: str, column: str, version: int | None = None) -> list[FileSpan] | None:
         """The table's data files (at a version) with ``column``'s range, from the Delta log: no data is read.

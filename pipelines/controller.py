@@ -87,6 +87,9 @@ def replay(cluster: str, events: Iterable[dict[str, Any]],
             if term is not None and term["controller_epoch"] is None:
                 term["controller_epoch"] = epoch
         elif kind == T.CONTROLLER_ELECTED:
+            tl.ctx.held_zxids.append(z)
+            detail = e.get("detail") or {}
+            tl.ctx.held_by_kraft.append(bool((json.loads(detail) if isinstance(detail, str) else detail).get("kraft")))
             if term is not None:
                 _close(term, e)
             term = {"cluster": cluster, "controller_id": e.get("controller_id"), "controller_epoch": None,

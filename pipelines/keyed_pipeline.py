@@ -81,9 +81,11 @@ def route_decision_rows(decisions: pa.Table, buckets: int) -> list[tuple[StreamP
     return [(StreamPart.DECISIONS, route_decisions(decisions, buckets))]
 
 
-def route_kraft_records(records: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
-    """Bronze ``kraft_records`` rows, each to its cluster's KRaft key (``pipelines.kraft_stage``)."""
-    return [(StreamPart.KRAFT, route_kraft_rows(records))]
+def route_kraft_records(records: pa.Table, buckets: int,
+                        zookeeper_clusters: frozenset[str] = frozenset()) -> list[tuple[StreamPart, pa.Table]]:
+    """Bronze ``kraft_records`` rows, each to its cluster's KRaft key (``pipelines.kraft_stage``); none of a
+    cluster that has a ZooKeeper history (``route_kraft_rows``)."""
+    return [(StreamPart.KRAFT, route_kraft_rows(records, zookeeper_clusters))]
 
 
 def empty_state(bucket: int) -> KeyState:

@@ -73,8 +73,12 @@ class KraftState:
         return image_from_json(json.loads(blob)) if blob else MetadataImage()
 
 
-def route_kraft_rows(records: pa.Table) -> pa.Table:
-    """Bronze ``kraft_records`` rows with a ``bucket`` column sending each to its cluster's KRaft key."""
+def route_kraft_rows(records: pa.Table, zookeeper_clusters: frozenset[str] = frozenset()) -> pa.Table:
+    """Bronze ``kraft_records`` rows with a ``bucket`` column sending each to its cluster's KRaft key. A cluster
+    in ``zookeeper_clusters`` (it has a ZooKeeper history too: a migration) keeps its ZooKeeper history in the
+    derived tables, which hold one store per cluster; ``zkledger migration`` and ``state --at`` read its log."""
+    if zookeeper_clusters and records.num_rows:
+        records = records.filter(pc.invert(pc.is_in(records["cluster"], pa.array(sorted(zookeeper_clusters)))))
     return records.append_column(BUCKET_COLUMN, pa.array(np.full(records.num_rows, KRAFT_STAGE, np.int32)))
 
 

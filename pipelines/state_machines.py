@@ -53,10 +53,20 @@ class GlobalContext:
     epoch_zxids: list[int] = field(default_factory=list)
     epoch_values: list[int] = field(default_factory=list)
     broker_points: dict[int, tuple[list[int], list[bool]]] = field(default_factory=dict)
+    # each /controller election: whether a KRaft controller claimed ZooKeeper (a migration, KIP-866). While one
+    # holds it, partition states carry the KRaft epoch and KRaft brokers have no /brokers/ids: neither
+    # /controller_epoch nor the registrations judge those writes (`zkledger migration` compares the stores then)
+    held_zxids: list[int] = field(default_factory=list)
+    held_by_kraft: list[bool] = field(default_factory=list)
 
     def controller_epoch_at(self, zxid: int) -> int | None:
         i = bisect.bisect_right(self.epoch_zxids, zxid)
         return self.epoch_values[i - 1] if i else None
+
+    def kraft_holds_at(self, zxid: int) -> bool:
+        """Whether a KRaft controller held ZooKeeper's /controller at ``zxid``."""
+        i = bisect.bisect_right(self.held_zxids, zxid)
+        return self.held_by_kraft[i - 1] if i else False
 
     def brokers_known_at(self, zxid: int) -> bool:
         """Whether any broker event happened at or before ``zxid`` (before that, liveness means nothing)."""
@@ -177,6 +187,7 @@ class BucketFolder:
         """A state write enriched with the view before it and the cluster context at its zxid (for detectors)."""
         leader = row["leader"]
         live = self.ctx.broker_live_at(leader, row["zxid"]) if leader is not None and leader >= 0 else None
+        held = self.ctx.kraft_holds_at(row["zxid"])
         return {
             "rec": FoldRecord.WRITE.value, "cluster": v.cluster, "topic": v.topic, "partition": v.partition,
             "zxid": row["zxid"],
@@ -184,7 +195,8 @@ class BucketFolder:
             "leader_epoch": row["leader_epoch"], "controller_epoch": row["controller_epoch"], "isr": row["isr"],
             "replicas": v.replicas, "prev_leader": v.leader, "prev_leader_epoch": v.leader_epoch,
             "prev_isr": v.isr, "prev_controller_epoch": v.controller_epoch,
-            "cur_controller_epoch": self.ctx.controller_epoch_at(row["zxid"]), "leader_live": live,
+            "cur_controller_epoch": None if held else self.ctx.controller_epoch_at(row["zxid"]),
+            "leader_live": None if held else live,
             "deletion_pending": deletion_pending(v.replica_states.values()),
         }
 

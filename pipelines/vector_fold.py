@@ -599,6 +599,7 @@ class _FastFold:
         r = pa.array(w, pa.int64())
         before = self.lw_before[w]
         leader = self.leader[w]
+        held = self._kraft_holds(self.zxid[w])
         cols: dict[str, Any] = {
             "rec": pa.repeat(pa.scalar(FoldRecord.WRITE.value), len(w)),
             **{c: pc.take(rows[c], r) for c in ("cluster", "topic", "partition", "zxid", "event_time", "event_id",
@@ -606,18 +607,25 @@ class _FastFold:
             "replicas": _take(rows["replicas"], self.ra_at[w]),
             "prev_leader": _take(rows["leader"], before), "prev_leader_epoch": _take(rows["leader_epoch"], before),
             "prev_isr": _take(rows["isr"], before), "prev_controller_epoch": _take(rows["controller_epoch"], before),
-            "cur_controller_epoch": self._controller_epoch_at(self.zxid[w]),
-            "leader_live": self._leader_live(leader, self.zxid[w]),
+            "cur_controller_epoch": self._controller_epoch_at(self.zxid[w], held),
+            "leader_live": self._leader_live(leader, self.zxid[w], held),
             "deletion_pending": pa.repeat(pa.scalar(False), len(w)),  # deleting keys take the row fold
         }
         return self._table(cols, len(w))
 
-    def _controller_epoch_at(self, zxids: IntArray) -> pa.Array:
+    def _kraft_holds(self, zxids: IntArray) -> BoolArray:
+        """Whether a KRaft controller held /controller at each zxid (``GlobalContext.kraft_holds_at``)."""
+        if not self.ctx.held_zxids:
+            return np.zeros(len(zxids), bool)
+        i = np.searchsorted(np.array(self.ctx.held_zxids, np.int64), zxids, side="right")
+        return np.where(i > 0, np.array(self.ctx.held_by_kraft, bool)[np.maximum(i - 1, 0)], False)
+
+    def _controller_epoch_at(self, zxids: IntArray, held: BoolArray) -> pa.Array:
         if not self.ctx.epoch_zxids:
             return pa.nulls(len(zxids), pa.int32())
         i = np.searchsorted(np.array(self.ctx.epoch_zxids, np.int64), zxids, side="right")
         values = np.array(self.ctx.epoch_values, np.int64)[np.maximum(i - 1, 0)]
-        return pa.array(values, pa.int32(), mask=i == 0)
+        return pa.array(values, pa.int32(), mask=(i == 0) | held)
 
     def _live_at(self, brokers: IntArray, zxids: IntArray) -> BoolArray:
         """Whether each broker was registered at its zxid (False when the timeline knows no broker at all)."""
@@ -630,12 +638,12 @@ class _FastFold:
             live[m] = np.where(i > 0, np.array(states, bool)[np.maximum(i - 1, 0)], False)
         return live
 
-    def _leader_live(self, leader: npt.NDArray[np.float64], zxids: IntArray) -> pa.Array:
+    def _leader_live(self, leader: npt.NDArray[np.float64], zxids: IntArray, held: BoolArray) -> pa.Array:
         has_leader = ~np.isnan(leader) & (leader >= 0)
         if not self.ctx.broker_points:
             return pa.nulls(len(zxids), pa.bool_())
         live = self._live_at(np.where(has_leader, leader, -1).astype(np.int64), zxids)
-        return pa.array(live, pa.bool_(), mask=~has_leader)
+        return pa.array(live, pa.bool_(), mask=~has_leader | held)
 
     def _view_cols(self, key_rows: IntArray) -> dict[str, Any]:
         """The final view columns of keys given by their last row (as ``BucketFolder._finals``)."""

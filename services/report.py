@@ -3,7 +3,10 @@
 Reads the lake with delta-rs (``Lake.read_arrow``), so it needs no Spark. Sections: controller tenure
 timeline (overlaps in red), per-partition leader / ISR / state timelines for partitions with anomalies,
 counts over time (offline and under-replicated partitions, controller changes), and the anomaly list
-with its evidence. Every user-controlled string is escaped (``html.escape``), SVG text included.
+with its evidence; when the caller hands it a judged ZooKeeper -> KRaft migration (``models.migration``'s
+report, built by the command layer from the bronze tables), its phases, settled points, divergences, findings
+and verdict. A table not built yet (no ``zkledger rebuild``) is said so by its section. Every user-controlled
+string is escaped (``html.escape``), SVG text included.
 """
 
 from __future__ import annotations
@@ -16,10 +19,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from models.anomalies import duration_text, is_episode_end
 from models.events import MetadataEventType
+from models.migration import (
+    MigrationFinding,
+    MigrationPhase,
+    MigrationReport,
+    PhaseChange,
+    Verdict,
+    finalize_verdict,
+)
 from models.tables import (
     ANOMALIES,
     CONTROLLER_TENURE,
@@ -45,30 +56,47 @@ STATE_COLORS = {
     "NonExistentPartition": "#616161",
 }
 SEVERITY_COLORS = {"critical": "#b71c1c", "error": "#e53935", "warning": "#f9a825", "info": "#1e88e5"}
+MIGRATION_TITLE: Final = "ZooKeeper → KRaft migration"
 CONTROLLER_COLORS = ("#4e79a7", "#f28e2b", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f", "#bab0ac")
 
 
 @dataclass(frozen=True)
 class ReportData:
-    """The rows the report draws, as plain Python (one list of dicts per table)."""
+    """The rows the report draws, as plain Python (one list of dicts per table); ``missing``: tables the lake
+    does not have yet (a lake of bronze tables only); ``migration``: a recorded migration, judged."""
 
     cluster: str
     tables: Mapping[str, list[Row]]
+    missing: frozenset[str] = frozenset()
+    migration: MigrationReport | None = None
 
     def rows(self, table: str) -> list[Row]:
         return list(self.tables.get(table, []))
 
 
-def load_report_data(lake: Lake) -> ReportData:
-    """Current snapshot of each table the report needs, for the lake's cluster; absent tables are empty."""
+def load_report_data(lake: Lake, migration: MigrationReport | None = None) -> ReportData:
+    """Current snapshot of each table the report needs, for the lake's cluster; absent tables are empty (and
+    listed in ``missing``, so their sections say they are not built rather than that nothing happened)."""
     tables: dict[str, list[Row]] = {}
+    missing = set()
     for name in REPORT_TABLES:
         if lake.exists(name):
             rows = lake.read_arrow(name).to_pylist()
             tables[name] = [r for r in rows if r.get("cluster") in (None, lake.cluster)]
         else:
             tables[name] = []
-    return ReportData(lake.cluster, tables)
+            missing.add(name)
+    return ReportData(lake.cluster, tables, frozenset(missing), migration)
+
+
+def _not_built(data: ReportData, *tables: str) -> str:
+    """The note of a section whose tables the lake does not have yet; empty when it has them."""
+    absent = [t for t in tables if t in data.missing]
+    if not absent:
+        return ""
+    names = ", ".join(f"<code>{esc(t)}</code>" for t in absent)
+    return (f"<p class='empty'>Not built yet: the lake has no {names} table{'s' if len(absent) > 1 else ''}; "
+            "<code>zkledger rebuild</code> derives them from the bronze tables.</p>")
 
 
 # ---------------------------------------------------------------------------------------------- time range
@@ -78,6 +106,10 @@ def _times(data: ReportData) -> list[datetime]:
         out += [t for t in (r.get("start_time"), r.get("end_time")) if t is not None]
     for table in (PARTITION_TRANSITIONS.name, METADATA_EVENTS.name, ANOMALIES.name):
         out += [r["event_time"] for r in data.rows(table) if r.get("event_time") is not None]
+    if data.migration is not None:
+        m = data.migration
+        stamps = [c.at for c in m.timeline] + [p.at for p in m.points] + [f.at for f in m.findings]
+        out += [t for t in stamps if t is not None]
     return out
 
 
@@ -114,7 +146,7 @@ def controller_section(data: ReportData, scale: TimeScale) -> str:
         key=lambda r: (r["start_time"], r["controller_id"]),
     )
     if not tenures:
-        return "<p class='empty'>No controller tenure recorded.</p>"
+        return "<p class='empty'>No controller tenure recorded.</p>" + _not_built(data, CONTROLLER_TENURE.name)
     open_end = scale.t1
     overlaps = tenure_overlaps(tenures, open_end)
     in_overlap = {id(a) for _, _, a, _ in overlaps} | {id(b) for _, _, _, b in overlaps}
@@ -230,7 +262,7 @@ def partitions_section(data: ReportData, scale: TimeScale) -> str:
         key=lambda k: (str(k[0]), k[1]),
     )
     if not keys:
-        return "<p class='empty'>No partition had an anomaly.</p>"
+        return "<p class='empty'>No partition had an anomaly.</p>" + _not_built(data, ANOMALIES.name)
     parts = []
     for topic, partition in keys:
         kinds = sorted({a["kind"] for a in data.rows(ANOMALIES.name)
@@ -289,7 +321,7 @@ def controller_changes_series(data: ReportData) -> list[tuple[datetime, float]]:
 
 
 def counts_section(data: ReportData, scale: TimeScale) -> str:
-    return "".join([
+    return _not_built(data, PARTITION_TRANSITIONS.name, METADATA_EVENTS.name) + "".join([
         step_chart_svg(offline_series(data), scale, "offline partitions", "#c62828"),
         step_chart_svg(under_replicated_series(data), scale, "under-replicated", "#ef6c00"),
         step_chart_svg(controller_changes_series(data), scale, "controller elections", "#4e79a7"),
@@ -308,10 +340,13 @@ def _details(raw: str | None) -> str:
     if not isinstance(details, dict):
         return f"<span class='dv'>{esc(_compact(details))}</span>"
     message = details.pop("message", None)
-    pairs = "".join(f"<span class='kv'><span class='dk'>{esc(k)}</span> {esc(_compact(v))}</span>"
-                    for k, v in sorted(details.items()))
     head = f"<div class='dm'>{esc(_compact(message))}</div>" if message is not None else ""
-    return head + pairs
+    return head + _pairs(details)
+
+
+def _pairs(details: Mapping[str, object]) -> str:
+    return "".join(f"<span class='kv'><span class='dk'>{esc(k)}</span> {esc(_compact(v))}</span>"
+                   for k, v in sorted(details.items()))
 
 
 def _compact(value: object) -> str:
@@ -324,7 +359,8 @@ def _compact(value: object) -> str:
 def anomalies_section(data: ReportData) -> str:
     rows = sorted(data.rows(ANOMALIES.name), key=lambda a: (a.get("zxid") is None, a.get("zxid") or 0, a["kind"]))
     if not rows:
-        return "<p class='ok'>No anomalies.</p>"
+        note = _not_built(data, ANOMALIES.name)  # then no anomaly is not a clean bill of health
+        return f"<p class='{'empty' if note else 'ok'}'>No anomalies.</p>{note}"
     counts: dict[str, int] = defaultdict(int)
     for a in rows:
         counts[a["severity"]] += 1
@@ -372,6 +408,141 @@ def quality_section(data: ReportData) -> str:
     return head + f"<ul>{items}</ul>"
 
 
+# ---------------------------------------------------------------------------------------------- migration
+PHASE_LABELS: Final[Mapping[MigrationPhase, str]] = {
+    MigrationPhase.ZOOKEEPER: "ZooKeeper mode",
+    MigrationPhase.PRE_MIGRATION: "pre-migration",
+    MigrationPhase.LOADING: "loading",
+    MigrationPhase.DUAL_WRITE: "dual-write",
+    MigrationPhase.KRAFT_BROKERS: "KRaft brokers",
+    MigrationPhase.FINALIZED: "finalized",
+}
+PHASE_COLORS: Final[Mapping[MigrationPhase, str]] = {
+    MigrationPhase.ZOOKEEPER: "#78909c",
+    MigrationPhase.PRE_MIGRATION: "#8d6e63",
+    MigrationPhase.LOADING: "#ef6c00",
+    MigrationPhase.DUAL_WRITE: "#1e88e5",
+    MigrationPhase.KRAFT_BROKERS: "#5e35b1",
+    MigrationPhase.FINALIZED: "#00695c",
+}
+AGREED_COLOR: Final = "#2e7d32"  # a settled point where the stores agree
+DIVERGED_COLOR: Final = "#c62828"  # one where they do not
+MIGRATION_ROWS: Final = 200
+"""The most divergences and findings the section lists (its counts are whole; `zkledger migration --format json`
+lists them all)."""
+
+
+def phase_spans(report: MigrationReport, start: datetime,
+                end: datetime) -> list[tuple[datetime, datetime, MigrationPhase, PhaseChange | None]]:
+    """Each phase's time range and the change that began it: ZooKeeper mode from ``start`` to the first change
+    (no change began it), then each phase until the next change (the last until ``end``). A change without a time
+    cannot be placed and is left out."""
+    changes: list[tuple[datetime, PhaseChange | None]] = [(c.at, c) for c in report.timeline if c.at is not None]
+    if not changes or start < changes[0][0]:
+        changes.insert(0, (start, None))
+    return [(s, e, c.phase if c is not None else MigrationPhase.ZOOKEEPER, c) for s, e, c in _spans(changes, end)]
+
+
+def _where(zxid: int | None, offset: int | None) -> str:
+    """A place in either store, as `zkledger migration` prints it."""
+    return " / ".join(p for p in (f"zxid {zxid:#x}" if zxid is not None else "",
+                                  f"offset {offset}" if offset is not None else "") if p)
+
+
+def migration_lanes(report: MigrationReport, scale: TimeScale) -> list[Lane]:
+    """The phases as coloured bands, the settled aligned points as ticks (red where the stores disagree) and the
+    findings as markers coloured by severity, on the report's time axis."""
+    phases = []
+    for s, e, phase, change in phase_spans(report, scale.t0, scale.t1):
+        how = f" ({_where(change.zxid, change.offset)}: {change.signal})" if change is not None else ""
+        phases.append(Segment(s, e, PHASE_LABELS[phase], PHASE_COLORS[phase],
+                              f"{PHASE_LABELS[phase]} from {_t(s)}{how}"))
+    ticks = [Marker(c.point.at, DIVERGED_COLOR if c.divergences else AGREED_COLOR,
+                    f"settled point {_where(c.point.zxid, c.point.offset)}: {len(c.divergences)} divergence(s)")
+             for c in report.checks if c.point.at is not None]
+    found = [Marker(f.at, SEVERITY_COLORS.get(f.severity, "#c62828"),
+                    f"{f.kind} ({f.severity}) at {_where(f.zxid, f.offset)}")
+             for f in report.findings if f.at is not None]
+    return [Lane("phase", phases), Lane("settled aligned points", markers=ticks), Lane("findings", markers=found)]
+
+
+def _phase_rows(timeline: Sequence[PhaseChange]) -> str:
+    rows = "".join(
+        f"<tr><td><span class='chip' style='background:{PHASE_COLORS[c.phase]}'>{esc(PHASE_LABELS[c.phase])}</span>"
+        f"</td><td>{esc(_t(c.at))}</td><td>{esc(_where(c.zxid, c.offset))}</td><td>{esc(c.signal)}</td></tr>"
+        for c in timeline)
+    return f"<table><tr><th>phase</th><th>from</th><th>where</th><th>signal</th></tr>{rows}</table>"
+
+
+def _divergence_rows(report: MigrationReport) -> str:
+    diverged = [(c.point, d) for c in report.checks for d in c.divergences]
+    if not diverged:
+        return "<p class='ok'>The stores agree at every settled aligned point.</p>" if report.checks else ""
+    rows = "".join(
+        f"<tr><td>{esc(_where(p.zxid, p.offset))}</td><td>{esc(_t(p.at))}</td><td>{esc(d.entity)}</td>"
+        f"<td>{esc(d.key)}</td><td>{esc(d.field)}</td><td>{esc(_value(d.zk_value))}</td>"
+        f"<td>{esc(_value(d.kraft_value))}</td></tr>"
+        for p, d in diverged[:MIGRATION_ROWS])
+    more = _more(len(diverged), "divergences")
+    return (f"<h3>Divergences at settled points ({len(diverged)})</h3><table class='divergences'><tr><th>where</th>"
+            f"<th>time</th><th>entity</th><th>key</th><th>field</th><th>ZooKeeper</th><th>KRaft</th></tr>{rows}"
+            f"</table>{more}")
+
+
+def _finding_rows(findings: Sequence[MigrationFinding]) -> str:
+    if not findings:
+        return "<p class='ok'>No migration hazard found.</p>"
+    body = []
+    for f in findings[:MIGRATION_ROWS]:
+        details = dict(f.details)
+        path = details.pop("path", None)
+        subject = (str(path) if path is not None
+                   else f"{f.topic}-{f.partition}" if f.topic is not None and f.partition is not None
+                   else f.topic if f.topic is not None
+                   else f"broker {f.broker}" if f.broker is not None else "")
+        body.append(
+            f"<tr><td><span class='chip' style='background:{SEVERITY_COLORS.get(f.severity, '#777')}'>"
+            f"{esc(f.severity)}</span></td><td><b>{esc(f.kind)}</b></td><td>{esc(_t(f.at))}</td>"
+            f"<td>{esc(_where(f.zxid, f.offset))}</td><td class='tp'>{esc(subject)}</td><td>{_pairs(details)}</td></tr>")
+    return (f"<h3>Findings ({len(findings)})</h3><table class='anomalies'><tr><th>severity</th><th>kind</th>"
+            f"<th>time</th><th>where</th><th>path</th><th>details</th></tr>{''.join(body)}</table>"
+            + _more(len(findings), "findings"))
+
+
+def _verdict(verdict: Verdict) -> str:
+    if verdict.safe:
+        return "<p class='ok verdict'>Verdict: safe to finalize.</p>"
+    reasons = "".join(f"<li><b>{esc(b.reason)}</b>: {esc(b.message)}</li>" for b in verdict.blockers)
+    return f"<p class='alert verdict'>Verdict: not safe to finalize.</p><ul>{reasons}</ul>"
+
+
+def migration_section(report: MigrationReport, scale: TimeScale) -> str:
+    """A ZooKeeper -> KRaft migration as ``models.migration`` judged it: phases, settled points, divergences,
+    findings and whether finalizing is safe (the verdict is ``finalize_verdict``'s, not the report's)."""
+    settled = sum(1 for p in report.points if p.settled)
+    diverging = sum(1 for c in report.checks if c.divergences)
+    head = (f"<p>Phase <b>{esc(PHASE_LABELS[report.phase])}</b>; {len(report.points)} <code>/migration</code> "
+            f"writes, {settled} settled and compared, {diverging} with divergences; {len(report.findings)} "
+            "finding(s).</p>")
+    legend = " ".join(f"<span class='chip' style='background:{PHASE_COLORS[p]}'>{esc(label)}</span>"
+                      for p, label in PHASE_LABELS.items())
+    ticks = (f"<span class='chip' style='background:{AGREED_COLOR}'>stores agree</span>"
+             f"<span class='chip' style='background:{DIVERGED_COLOR}'>stores diverge</span>")
+    return (head + _verdict(finalize_verdict(report)) + f"<p class='legend'>{legend} {ticks} ▼ settled point or finding</p>"
+            + lanes_svg(migration_lanes(report, scale), scale, label="ZooKeeper to KRaft migration")
+            + _phase_rows(report.timeline) + _divergence_rows(report) + _finding_rows(report.findings))
+
+
+def _value(value: object) -> str:
+    """A store's value of a field; None: the store does not have it."""
+    return "(absent)" if value is None else _compact(list(value) if isinstance(value, tuple) else value)
+
+
+def _more(total: int, what: str) -> str:
+    return (f"<p class='empty'>{total - MIGRATION_ROWS} more {esc(what)}: <code>zkledger migration --format json</code> "
+            "lists them all.</p>" if total > MIGRATION_ROWS else "")
+
+
 # ---------------------------------------------------------------------------------------------- page
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0;color:#222;background:#f4f5f7}
@@ -408,8 +579,10 @@ def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
     """The whole report as one HTML string."""
     scale = time_scale(data)
     generated = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
-    sections = [
-        ("Summary", _kpis(data)),
+    sections = [("Summary", _kpis(data))]
+    if data.migration is not None:
+        sections.append((MIGRATION_TITLE, migration_section(data.migration, scale)))
+    sections += [
         ("Controller tenure", controller_section(data, scale)),
         ("Counts over time", counts_section(data, scale)),
         ("Partitions with anomalies", partitions_section(data, scale)),
@@ -426,9 +599,11 @@ def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
     )
 
 
-def write_report(lake: Lake, out: str | os.PathLike[str]) -> tuple[str, ReportData]:
-    """Render the lake's report to ``out`` (atomically); returns the path and the data drawn."""
-    data = load_report_data(lake)
+def write_report(lake: Lake, out: str | os.PathLike[str], *,
+                 migration: MigrationReport | None = None) -> tuple[str, ReportData]:
+    """Render the lake's report to ``out`` (atomically), with ``migration``'s section when one is given; returns
+    the path and the data drawn."""
+    data = load_report_data(lake, migration)
     page = render_html(data)
     path = os.fspath(out)
     folder = os.path.dirname(os.path.abspath(path))

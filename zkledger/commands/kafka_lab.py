@@ -1,4 +1,5 @@
-"""`zkledger kafka-lab start|stop|run SCENARIO...`: real ZooKeeper-mode Kafka brokers on this machine.
+"""`zkledger kafka-lab start|stop|run SCENARIO...`: real ZooKeeper-mode Kafka brokers on this machine (`kraft`:
+KRaft nodes, `kafka_lab_kraft.py`; `migration`: a ZooKeeper -> KRaft migration, `kafka_lab_migration.py`).
 
 `start` leaves a ZooKeeper and N brokers running under `<lake>/_kafka_lab/` (state in `lab.json`) for a user to
 point zkledger's collectors at; `stop` stops them. `run` plays scenarios on a fresh cluster with the three
@@ -44,8 +45,10 @@ def register(subparsers: Any) -> None:
     stop = sub.add_parser("stop", help="stop the brokers and ZooKeeper that `start` left running")
     stop.add_argument("--dir", default=None, metavar="DIR", help="the lab's directory (default <lake>/_kafka_lab)")
     from zkledger.commands.kafka_lab_kraft import register_kraft
+    from zkledger.commands.kafka_lab_migration import register_migration
 
     register_kraft(sub)
+    register_migration(sub)
     parser.set_defaults(handler=run)
 
 
@@ -60,6 +63,10 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
         from zkledger.commands.kafka_lab_kraft import run_kraft
 
         return run_kraft(args, ctx)
+    if args.action == "migration":
+        from zkledger.commands.kafka_lab_migration import run_migration
+
+        return run_migration(args, ctx)
     if args.action == "stop":
         return _stop(args, ctx)
     return _run(args, ctx)
