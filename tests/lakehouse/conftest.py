@@ -10,30 +10,24 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lakehouse.delta_engines import ENGINES, Connector, DeltaEngine, DeltaRs
+from tests.lakehouse.delta_engines import ENGINES, DeltaEngine, engine_named
 
 # The connector's cases get `spark` at run time, so it is not among their fixtures: the parameter carries
 # the mark instead.
 PARAMS = [pytest.param(e, marks=pytest.mark.spark) if e == "connector" else e for e in ENGINES]
 
 
-def _engine(request: pytest.FixtureRequest, name: str) -> DeltaEngine:
-    if name == "delta-rs":
-        return DeltaRs()
-    return Connector(request.getfixturevalue("spark"))
-
-
 @pytest.fixture(params=PARAMS)
 def delta_engine(request: pytest.FixtureRequest) -> DeltaEngine:
     """One engine per test run: ``delta-rs`` or ``connector``."""
-    return _engine(request, request.param)
+    return engine_named(request, request.param)
 
 
 @pytest.fixture(params=PARAMS)
 def writer_engine(request: pytest.FixtureRequest) -> DeltaEngine:
-    return _engine(request, request.param)
+    return engine_named(request, request.param)
 
 
 @pytest.fixture(params=PARAMS)
 def reader_engine(request: pytest.FixtureRequest) -> DeltaEngine:
-    return _engine(request, request.param)
+    return engine_named(request, request.param)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
+import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from lakehouse.arrow_schema import arrow_schema
@@ -135,3 +136,10 @@ def _value(t: pa.DataType, name: str, i: int, tag: str) -> Any:
     if pa.types.is_timestamp(t):
         return datetime.fromtimestamp(1_700_000_000 + i, tz=UTC)
     raise AssertionError(f"no sample value for {t}")
+
+
+def engine_named(request: pytest.FixtureRequest, name: str) -> DeltaEngine:
+    """``delta-rs`` or ``connector`` (the latter on the session's ``spark`` fixture, started on first use)."""
+    if name == "delta-rs":
+        return DeltaRs()
+    return Connector(request.getfixturevalue("spark"))

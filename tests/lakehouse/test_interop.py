@@ -27,7 +27,7 @@ from lakehouse.maintenance import (
 from lakehouse.spark_schema import spark_schema
 from models.tables import ALL_TABLES
 from services.spark_session import DELTA_FEATURE_DEFAULTS
-from tests.lakehouse.delta_engines import Connector, DeltaEngine, sample_rows
+from tests.lakehouse.delta_engines import Connector, DeltaEngine, engine_named, sample_rows
 
 TABLE = "partition_transitions"
 
@@ -48,8 +48,12 @@ def _drop_commits_before(path: str, version: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ batch and time travel
-def test_time_travel_by_version_and_timestamp(writer_engine: DeltaEngine, reader_engine: DeltaEngine,
+# each engine's own time travel is the contract (test_lake.py); here, each reads what the other wrote
+@pytest.mark.spark
+@pytest.mark.parametrize(("writer", "reader"), [("delta-rs", "connector"), ("connector", "delta-rs")])
+def test_time_travel_by_version_and_timestamp(request: pytest.FixtureRequest, writer: str, reader: str,
                                               tmp_path: Path) -> None:
+    writer_engine, reader_engine = engine_named(request, writer), engine_named(request, reader)
     path = str(tmp_path / TABLE)
     parts = [sample_rows(TABLE, 2, start=10 * i, tag=f"v{i}") for i in range(3)]
     for part in parts:
