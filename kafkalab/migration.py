@@ -22,6 +22,12 @@ The documented procedure, step by step, each step waiting for Kafka's own signal
     # on exit: collectors settled and stopped, brokers, controllers, ZooKeeper stopped
     Lake(lab.lake_root, cluster=lab.cluster_name)
 
+Before finalization the documented revert ("Reverting to ZooKeeper mode During the Migration", Kafka 3.9's
+ops.html, row "Migrating brokers to KRaft") is `rollback()`: the brokers rolled back to migration mode, the
+controllers deprovisioned, ``/controller`` deleted so that a ZooKeeper broker is elected, the brokers rolled to
+plain ZooKeeper mode. That row does not say to delete ``/migration`` (only the row for brokers still in migration
+mode does, KAFKA-17146), so a later attempt (`start_next_attempt()`) finds it.
+
 `run()` plays 2-5 in order. Every log (brokers' ``logs/broker-N/``, controllers' ``logs/controller-N/``) is under
 ``logs_root``, which ``zkledger collect logs`` follows; ``collect txnlog`` follows ZooKeeper's data dir and
 ``collect kraft`` the first controller's ``__cluster_metadata-0``.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +81,10 @@ DUAL_WRITE_LOG = "to DUAL_WRITE state"
 """The migration driver's server.log line when it starts writing every metadata change to ZooKeeper too."""
 FINALIZED_LOG = "changing the migration state from MIGRATION to POST_MIGRATION"
 """The quorum leader's server.log line when, started without the flag, it finalizes the migration."""
+STALE_IMAGE_LOG = "which does not contain a superset of the metadata in ZK"
+"""The driver's server.log line when it has claimed ZooKeeper but its log is behind the offset ``/migration`` holds:
+it skipped the load (the offset says it was done) and waits in SYNC_KRAFT_TO_ZK (KAFKA-17146)."""
+CONTROLLER_ZNODE = "/controller"
 STARTED_LOG = "Kafka Server started"
 SETTLE_S = 2.0
 """Before the collectors stop: a txnlog / log collector polls every 0.2 s, kraft commits at most every second."""
@@ -311,7 +322,8 @@ class Step:
 @dataclass
 class MigrationLab:
     """One migration under `work_dir`: `zookeeper/` (unless `zk` is given), `kafka/` (brokers, `logs/`),
-    `controllers/`, `lake/`, the collectors' output in `collect-<name>.log`."""
+    `controllers/`, the collectors' lake (`lake_root`: relative, under `work_dir`), the collectors' output in
+    `collect-<name>.log`."""
 
     work_dir: Path
     controllers_size: int = 1
@@ -325,6 +337,7 @@ class MigrationLab:
     steps: list[Step] = field(default_factory=list)
     collectors: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     collector_codes: dict[str, int] = field(default_factory=dict)
+    lake_root: Path = Path("lake")
 
     def __post_init__(self) -> None:
         self.work_dir = Path(self.work_dir).absolute()
@@ -332,7 +345,7 @@ class MigrationLab:
             raise UserError(f"{self.work_dir} already holds a migration lab; use a fresh directory")
         self.owns_zk = self.zk is None
         self.chroot = f"/migration-{uuid.uuid4().hex[:8]}"
-        self.lake_root = self.work_dir / "lake"
+        self.lake_root = self.work_dir / self.lake_root  # an absolute lake_root stays itself
         self.cluster_id: str | None = None
         self.kafka: MigratingKafkaCluster | None = None
         self.controllers: MigrationControllers | None = None
@@ -480,6 +493,87 @@ class MigrationLab:
             self._say(f"controller {leader} finalized the migration (POST_MIGRATION)")
             self.wait_healthy()
 
+    # -- the documented revert, before finalization ----------------------------------------------------------------
+    def rollback(self) -> int:
+        """Kafka 3.9's revert after "Migrating brokers to KRaft" (ops.html, "Reverting to ZooKeeper mode During
+        the Migration"): the brokers rolled back to ZooKeeper mode with the migration flag still on (they register
+        in ZooKeeper again and with the quorum as ZooKeeper brokers), the controllers deprovisioned, ``/controller``
+        deleted so that a broker is elected, the brokers rolled to plain ZooKeeper mode. ``/migration`` stays, as
+        that row of the docs leaves it. The ZooKeeper broker elected controller."""
+        if not self.quorum.migrating:
+            raise UserError("the migration is finalized: Kafka has no way back to ZooKeeper mode")
+        self.roll_brokers(BrokerMode.MIGRATING)
+        self.deprovision_controllers()
+        elected = self.elect_zk_controller()
+        self.roll_brokers(BrokerMode.ZK)
+        return elected
+
+    def deprovision_controllers(self) -> None:
+        """Stop the controllers and delete their data (configuration, metadata log); the metadata log's collector
+        stops first, after a settle, since the log it follows goes. Their server.log stays under ``logs_root``."""
+        with self.step("deprovision"):
+            self.stop_collector("kraft")
+            self.quorum.stop()
+            for nid in self.quorum.controller_ids:
+                shutil.rmtree(self.quorum.nodes[nid].home, ignore_errors=True)
+
+    def elect_zk_controller(self) -> int:
+        """``rmr /controller`` from a plain ZooKeeper client, as the docs do with zookeeper-shell.sh; returns when a
+        ZooKeeper broker holds ``/controller`` (``kraftControllerEpoch`` -1), every broker names it controller,
+        and every partition is led. The elected broker."""
+        from kazoo.exceptions import NoNodeError
+
+        with self.step("zk-controller"):
+            with self.kazoo() as zk, contextlib.suppress(NoNodeError):
+                zk.delete(CONTROLLER_ZNODE, recursive=True)
+            elected: list[int] = []
+
+            def zk_broker_leads() -> bool:
+                payload = self.zk_json(CONTROLLER_ZNODE)
+                if payload is None or self._kraft_claim(payload):
+                    return False
+                elected.append(int(payload["brokerid"]))
+                return elected[-1] in self.cluster.brokers
+
+            self.cluster.wait_for(zk_broker_leads, "a ZooKeeper broker to be elected controller", self.wait_s)
+            self.wait_controller_known(elected[-1])
+            self.wait_healthy()
+            self._say(f"broker {elected[-1]} elected controller in ZooKeeper")
+            return elected[-1]
+
+    def start_next_attempt(self) -> str:
+        """A new migration attempt after `rollback`: the controllers formatted anew (their data was deleted) and
+        started in migration mode, the brokers rolled into migration mode until the quorum leader claims
+        ``/controller``. Not collected: the lake holds one metadata log per cluster, and a new log's offsets
+        start at 0 again. Returns the driver's server.log line that tells how the attempt began: the load done
+        (`MIGRATION_DONE_LOG`), or skipped because ``/migration`` still held the last attempt's offset
+        (`STALE_IMAGE_LOG`)."""
+        with self.step("next-attempt"):
+            marks = {nid: self.quorum.server_log_size(nid) for nid in self.quorum.controller_ids}
+            self.quorum.migrating = True
+            for nid in self.quorum.controller_ids:
+                self.quorum.start_node(nid, wait=False)
+            self.quorum.wait_quorum_leader(timeout_s=self.wait_s)
+            for bid in sorted(self.cluster.brokers):
+                self.cluster.restart_as(bid, BrokerMode.MIGRATING, self.wait_s)
+                self._say(f"broker {bid} restarted in {BrokerMode.MIGRATING} mode")
+
+            def claimed() -> bool:
+                payload = self.zk_json(CONTROLLER_ZNODE)
+                return payload is not None and self._kraft_claim(payload)
+
+            self.cluster.wait_for(claimed, "the new quorum to claim /controller", self.wait_s)
+            found: list[str] = []
+
+            def began() -> bool:
+                found.extend(t for nid in self.quorum.controller_ids for t in (STALE_IMAGE_LOG, MIGRATION_DONE_LOG)
+                             if t in self.quorum.server_log(nid, marks[nid]))
+                return bool(found)
+
+            self.quorum.wait_for(began, "the new attempt's controller to load ZooKeeper or skip it", self.wait_s)
+            self._say(f"second attempt: {found[0]!r}")
+            return found[0]
+
     def stop(self) -> None:
         """Collectors (after a settle, so they read the last writes), brokers, controllers, ZooKeeper."""
         try:
@@ -525,6 +619,21 @@ class MigrationLab:
         if proc.poll() is not None:
             raise UserError(f"collect {name} exited at start: {self.collector_output(name)[-400:]}")
 
+    def stop_collector(self, name: str) -> int | None:
+        """SIGTERM one collector after a settle and wait for its flush; its exit code (None: it was not running)."""
+        proc = self.collectors.pop(name, None)
+        if proc is None:
+            return None
+        time.sleep(SETTLE_S)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            self.collector_codes[name] = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            self.collector_codes[name] = proc.wait(10)
+        return self.collector_codes[name]
+
     def stop_collectors(self) -> dict[str, int]:
         """SIGTERM each collector after a settle and wait for its flush; the exit codes by name."""
         if not self.collectors:
@@ -566,6 +675,12 @@ class MigrationLab:
             except NoNodeError:
                 return None
         return dict(json.loads(data)) if data else None
+
+    @staticmethod
+    def _kraft_claim(controller: Mapping[str, Any]) -> bool:
+        """A ``/controller`` payload written by a KRaft controller: 3.4+ ZooKeeper brokers write
+        ``kraftControllerEpoch`` -1, a KRaft controller its epoch."""
+        return int(controller.get("kraftControllerEpoch", -1)) >= 0
 
     def zk_cluster_id(self) -> str:
         payload = self.zk_json(CLUSTER_ID_ZNODE)
@@ -616,6 +731,24 @@ class MigrationLab:
                 return
             time.sleep(0.3)
         raise UserError(f"timed out waiting for {what}; last view: {self.view()}")
+
+    def wait_controller_known(self, controller: int) -> None:
+        """Until every broker names `controller` in its Metadata answer (the new controller's UpdateMetadata
+        reached it): a broker in migration mode that still names the KRaft controller waits, at its controlled
+        shutdown, up to five minutes for that controller's approval."""
+        brokers = sorted(self.cluster.brokers)
+        deadline = time.monotonic() + self.wait_s
+        while time.monotonic() < deadline:
+            recorder = GroundTruthRecorder(self.running_bootstrap(), brokers)
+            try:
+                sample = recorder.sample_once()
+            finally:
+                recorder.stop()
+            if (sample is not None and sample.controller_agreed and sample.controller_id == controller
+                    and list(sample.brokers) == brokers):
+                return
+            time.sleep(0.3)
+        raise UserError(f"timed out waiting for every broker to name controller {controller}")
 
     def wait_healthy(self) -> None:
         """Every partition led, its ISR full, as every running broker reports it."""

@@ -2,7 +2,7 @@
 migration`): a clean dual-write (a topic created, one deleted, a partition moved), then an operator's script
 writing a topic's config straight into ZooKeeper, then the KRaft controller killed and restarted (its re-sync
 of ZooKeeper from the log undoes that write). `judge` asks `zkledger migration` at each point, once the
-collectors have caught up.
+collectors have caught up; `judge_when` once its answer shows a given point (e.g. a rollback).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,4 +73,17 @@ def judge(lab: MigrationLab, *, settled_after_zxid: int = -1, timeout_s: float =
             return out
         if time.monotonic() > deadline:
             raise TimeoutError(f"the lake never reached a settled point at offset {target} (last: {last})")
+        time.sleep(1.0)
+
+
+def judge_when(lab: MigrationLab, reached: Callable[[dict[str, Any]], bool], what: str,
+               timeout_s: float = 90.0) -> dict[str, Any]:
+    """`migration_json` once its answer satisfies `reached` (the collectors have read that far)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = migration_json(lab.lake_root, lab.cluster_name)
+        if reached(out):
+            return out
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"`zkledger migration` never showed {what} (phase {out['phase']})")
         time.sleep(1.0)

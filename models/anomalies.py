@@ -38,6 +38,7 @@ class AnomalyKind(StrEnum):
     MIGRATION_STALE_ZNODE = "MIGRATION_STALE_ZNODE"  # /migration left by an earlier attempt (KAFKA-17146)
     MIGRATION_KRAFT_EPOCH_AHEAD = "MIGRATION_KRAFT_EPOCH_AHEAD"  # KRaft epoch above /controller_epoch (rollback)
     MIGRATION_FINALIZED_BROKER_UNREGISTERED = "MIGRATION_FINALIZED_BROKER_UNREGISTERED"  # finalized too early
+    MIGRATION_ROLLED_BACK = "MIGRATION_ROLLED_BACK"  # a ZooKeeper broker elected controller after a KRaft claim
 
 
 class SplitBrainReason(StrEnum):
@@ -74,6 +75,7 @@ SEVERITY: Final[dict[AnomalyKind, str]] = {
     AnomalyKind.MIGRATION_STALE_ZNODE: "critical",
     AnomalyKind.MIGRATION_KRAFT_EPOCH_AHEAD: "warning",
     AnomalyKind.MIGRATION_FINALIZED_BROKER_UNREGISTERED: "critical",
+    AnomalyKind.MIGRATION_ROLLED_BACK: "warning",
 }
 
 EPISODE_KINDS: Final = frozenset({AnomalyKind.OFFLINE_PARTITION, AnomalyKind.NO_ACTIVE_CONTROLLER,

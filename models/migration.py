@@ -862,6 +862,40 @@ def _kraft_epoch_ahead(history: MigrationHistory, timeline: Sequence[PhaseChange
     return out
 
 
+def _rollbacks(history: MigrationHistory, timeline: Sequence[PhaseChange]) -> list[MigrationFinding]:
+    """migration-rollback: each rollback of the timeline (a ZooKeeper broker elected controller after a KRaft
+    controller's claim, before finalization), with how far the attempt had gone: the phase it left, whether every
+    broker had been a KRaft broker (Kafka's revert then takes two rolls), the brokers still registered with the
+    quorum as KRaft brokers at the election (no ZooKeeper controller leads them), and the offset ``/migration``
+    still holds (the revert Kafka 3.9 documents after the brokers moved does not remove it: KAFKA-17146)."""
+    out = []
+    kraft = KraftReplay(history.kraft)
+    zk_next, migration_offset = 0, None
+    left, moved = MigrationPhase.ZOOKEEPER, False
+    for change in timeline:
+        if change.signal is PhaseSignal.ZK_CONTROLLER_ELECTED and change.zxid is not None:
+            elected = None
+            while zk_next < len(history.zk) and history.zk[zk_next].zxid <= change.zxid:
+                entry = history.zk[zk_next]
+                zk_next += 1
+                if entry.info.kind is PathKind.MIGRATION:
+                    event = _migration_event(entry)
+                    migration_offset = (None if entry.change.op is ZnodeOp.DELETE or event is None
+                                        else _int(event.detail.get("kraft_metadata_offset")))
+                elected = next((e.controller_id for e in entry.events if _is_zk_election(e)), elected)
+            kraft.advance(max((e.offset for e in history.kraft
+                               if e.at is None or change.at is None or e.at <= change.at), default=-1))
+            out.append(MigrationFinding(
+                K.MIGRATION_ROLLED_BACK, change.at,
+                {"from_phase": str(left), "brokers_had_moved": moved,
+                 "kraft_brokers": sorted(kraft.view().kraft_brokers), "migration_offset": migration_offset},
+                zxid=change.zxid, broker=elected))
+            moved = False
+        moved = moved or change.phase is MigrationPhase.KRAFT_BROKERS
+        left = change.phase
+    return out
+
+
 def brokers_not_on_kraft(zk: StoreView, kraft: StoreView) -> dict[int, str]:
     """Brokers the cluster still needs that are not registered with the quorum as KRaft brokers, with why:
     registered in ZooKeeper, holding replicas, or registered with the quorum at all."""
@@ -930,7 +964,8 @@ def hazards(history: MigrationHistory, timeline: Sequence[PhaseChange] | None = 
     timeline = phase_timeline(history) if timeline is None else timeline
     checks = check_alignment(history) if checks is None else checks
     found = (_stale_migration_znode(history, timeline) + _out_of_band(history, timeline) + _resyncs(history)
-             + _kraft_epoch_ahead(history, timeline) + _diverged(checks) + _finalized_early(history))
+             + _kraft_epoch_ahead(history, timeline) + _rollbacks(history, timeline) + _diverged(checks)
+             + _finalized_early(history))
     return sorted(found, key=lambda f: (f.zxid is None, f.zxid or 0, f.offset or 0))
 
 
@@ -970,6 +1005,7 @@ class BlockReason(StrEnum):
     """Why finalizing is not (yet) safe."""
 
     NOT_LOADED = "not loaded"  # the log does not hold ZooKeeper's metadata yet
+    ROLLED_BACK = "rolled back"  # a ZooKeeper broker leads again: there is no migration to finalize
     ALREADY_FINALIZED = "already finalized"
     BROKERS_NOT_ON_KRAFT = "brokers not on KRaft"  # finalizing strands them
     NOT_VERIFIED = "not verified"  # no settled aligned point to compare the stores at
@@ -1000,12 +1036,18 @@ def finalize_verdict(report: MigrationReport) -> Verdict:
     P, B = MigrationPhase, BlockReason
     blockers: list[Blocker] = []
     phase = report.phase
+    last_change = report.timeline[-1] if report.timeline else None
+    rolled_back = last_change is not None and last_change.signal is PhaseSignal.ZK_CONTROLLER_ELECTED
     if phase is P.FINALIZED:
         blockers.append(Blocker(B.ALREADY_FINALIZED, "the migration is finalized: there is nothing left to decide"))
+    elif last_change is not None and rolled_back:
+        blockers.append(Blocker(B.ROLLED_BACK, f"rolled back to ZooKeeper mode at zxid {last_change.zxid or 0:#x}: a "
+                                               "ZooKeeper broker leads; a new attempt starts with controllers formatted "
+                                               "anew and /migration removed"))
     elif phase in (P.ZOOKEEPER, P.PRE_MIGRATION, P.LOADING):
         blockers.append(Blocker(B.NOT_LOADED, f"the migration is in phase {phase}: ZooKeeper's metadata is not "
                                               "loaded into the log"))
-    if phase is not P.FINALIZED and report.brokers_not_on_kraft:
+    if phase is not P.FINALIZED and not rolled_back and report.brokers_not_on_kraft:
         listed = ", ".join(f"{b} ({why})" for b, why in report.brokers_not_on_kraft.items())
         blockers.append(Blocker(B.BROKERS_NOT_ON_KRAFT, f"brokers not registered as KRaft brokers: {listed}"))
     last = report.checks[-1] if report.checks else None

@@ -60,7 +60,7 @@ ADMIN = 0xAD  # an operator's tool writing ZooKeeper directly
 BROKERS = (1, 2, 3)
 MIGRATION_NEW_KINDS = (K.MIGRATION_STORES_DIVERGED, K.MIGRATION_OUT_OF_BAND_ZK_WRITE, K.MIGRATION_RESYNC_OVERWROTE_ZK,
                        K.MIGRATION_STALE_ZNODE, K.MIGRATION_KRAFT_EPOCH_AHEAD,
-                       K.MIGRATION_FINALIZED_BROKER_UNREGISTERED)
+                       K.MIGRATION_FINALIZED_BROKER_UNREGISTERED, K.MIGRATION_ROLLED_BACK)
 
 
 def rec(kind: R, **fields: object) -> MetadataRecord:
@@ -617,6 +617,57 @@ def test_a_rollback_to_a_zookeeper_controller_ends_the_migration_phases() -> Non
     report = check_migration(c.history())
     assert report.phase is P.ZOOKEEPER and report.timeline[-1].zxid is not None
     assert K.MIGRATION_OUT_OF_BAND_ZK_WRITE not in kinds(report)
+
+
+def roll_back(c: Cluster, *, elected: int = 2, zk_epoch: int = 3) -> int:
+    """Kafka's revert: the quorum gone, /controller deleted with a plain client, a broker elected; /migration left
+    in place. Returns the election's zxid."""
+    c.zk(("/controller", ZnodeOp.DELETE, None), session=ADMIN)
+    return c.zk(("/controller_epoch", ZnodeOp.SET, encode_controller_epoch(zk_epoch)),
+                ("/controller", ZnodeOp.CREATE, encode_controller(elected, 0, KAFKA)), session=0xB0 + elected)
+
+
+def test_a_rollback_after_the_brokers_moved_is_reported_with_what_it_left_behind() -> None:
+    c = migrated()
+    brokers_in_migration_mode(c)  # the revert's first roll: back to ZooKeeper brokers with the migration flag
+    election = roll_back(c)
+    report = check_migration(c.history())
+    found = [f for f in report.findings if f.kind is K.MIGRATION_ROLLED_BACK]
+    assert [(f.zxid, f.broker, f.severity) for f in found] == [(election, 2, "warning")]
+    assert found[0].details == {"from_phase": "dual_write", "brokers_had_moved": True, "kraft_brokers": [],
+                                "migration_offset": c.migration_offset}
+    assert report.phase is P.ZOOKEEPER
+    assert reasons(report) == {BlockReason.ROLLED_BACK}  # not "not loaded", and no broker left to move
+
+
+def test_a_rollback_that_skipped_the_first_roll_names_the_stranded_kraft_brokers() -> None:
+    c = migrated()
+    roll_back(c)
+    (found,) = [f for f in check_migration(c.history()).findings if f.kind is K.MIGRATION_ROLLED_BACK]
+    assert found.details["from_phase"] == "kraft_brokers" and found.details["kraft_brokers"] == list(BROKERS)
+
+
+def test_a_rollback_before_the_brokers_moved_that_removed_migration_leaves_no_offset() -> None:
+    c = Cluster()
+    zookeeper_cluster(c)
+    start_quorum(c)
+    brokers_in_migration_mode(c)
+    c.claim(zk_epoch=2)
+    load(c)
+    c.zk(("/migration", ZnodeOp.DELETE, None), session=ADMIN)  # the docs' get /migration, rmr /migration
+    roll_back(c)
+    (found,) = [f for f in check_migration(c.history()).findings if f.kind is K.MIGRATION_ROLLED_BACK]
+    assert found.details == {"from_phase": "dual_write", "brokers_had_moved": False, "kraft_brokers": [],
+                             "migration_offset": None}
+    c.claim(zk_epoch=4, session=DRIVER_AFTER_FAILOVER)  # a new attempt on a clean /migration
+    assert K.MIGRATION_STALE_ZNODE not in kinds(check_migration(c.history()))
+
+
+def test_a_zookeeper_election_without_a_kraft_claim_is_no_rollback() -> None:
+    c = Cluster()
+    zookeeper_cluster(c)
+    roll_back(c)  # an ordinary ZooKeeper-mode failover
+    assert check_migration(c.history()).findings == ()
 
 
 def test_a_collection_gap_while_the_kraft_controller_holds_zookeeper_blocks_finalizing() -> None:
