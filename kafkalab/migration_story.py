@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kafkalab.migration import DUAL_WRITE_LOG, MIGRATION_ZNODE, TOPICS_BEFORE, MigrationLab
+from kafkalab.migration import DUAL_WRITE_LOG, MIGRATION_ZNODE, TOPICS_BEFORE, BrokerMode, MigrationLab
 
 CREATED = "fresh"
 DELETED = "doomed"
@@ -30,6 +30,18 @@ def dual_write_actions(lab: MigrationLab) -> None:
     lab.create_topic(CREATED, partitions=2, replication=2)
     lab.delete_topic(DELETED)
     lab.reassign(MOVED, 0, MOVED_TO)
+
+
+def brokers_to_kraft(lab: MigrationLab, during_dual_write: Callable[[MigrationLab], None] | None = None) -> None:
+    """The procedure up to its last reversible point: the controller started in migration mode, the brokers
+    rolled into migration mode until it dual-writes, ``during_dual_write`` (if any), the brokers rolled to
+    KRaft."""
+    lab.start_controllers()
+    lab.roll_brokers(BrokerMode.MIGRATING)
+    lab.wait_dual_write()
+    if during_dual_write is not None:
+        lab.during_dual_write(during_dual_write)
+    lab.roll_brokers(BrokerMode.KRAFT)
 
 
 def plant_config_write(lab: MigrationLab) -> int:

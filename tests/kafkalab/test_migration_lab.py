@@ -27,7 +27,6 @@ from kafkalab.migration import (
     CONTROLLER_FIRST_ID,
     MIGRATION_ZNODE,
     TOPICS_BEFORE,
-    BrokerMode,
     MigrationLab,
 )
 from kafkalab.migration_story import (
@@ -36,6 +35,7 @@ from kafkalab.migration_story import (
     MOVED,
     MOVED_TO,
     PLANTED_TOPIC,
+    brokers_to_kraft,
     dual_write_actions,
     judge,
     migration_json,
@@ -98,11 +98,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, start
     lab = MigrationLab(tmp_path_factory.mktemp("migration"), out=sys.stderr)
     judged: dict[str, dict[str, Any]] = {}
     with lab:
-        lab.start_controllers()
-        lab.roll_brokers(BrokerMode.MIGRATING)
-        lab.wait_dual_write()
-        lab.during_dual_write(dual_write_actions)
-        lab.roll_brokers(BrokerMode.KRAFT)
+        brokers_to_kraft(lab, dual_write_actions)
         judged[CLEAN] = judge(lab)
         quiet_at = datetime.now(UTC)  # the brokers on KRaft, every ISR full, both stores collected
         planted = plant_config_write(lab)  # an operator's script, not Kafka: the next re-sync undoes it

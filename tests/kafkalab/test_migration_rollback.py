@@ -26,10 +26,9 @@ from kafkalab.migration import (
     CONTROLLER_ZNODE,
     MIGRATION_ZNODE,
     STALE_IMAGE_LOG,
-    BrokerMode,
     MigrationLab,
 )
-from kafkalab.migration_story import judge_when, migration_json
+from kafkalab.migration_story import brokers_to_kraft, judge_when, migration_json
 from kafkalab.truth import NO_LEADER, PartitionView
 from models.anomalies import AnomalyKind as K
 from models.migration import BlockReason, MigrationPhase, PhaseSignal
@@ -61,10 +60,7 @@ def rolled_back(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, st
     lab = MigrationLab(tmp_path_factory.mktemp("rollback"), out=sys.stderr, topics=TOPICS, produce_count=20)
     judged: dict[str, dict[str, Any]] = {}
     with lab:
-        lab.start_controllers()
-        lab.roll_brokers(BrokerMode.MIGRATING)
-        lab.wait_dual_write()
-        lab.roll_brokers(BrokerMode.KRAFT)
+        brokers_to_kraft(lab)
         elected = lab.rollback()
         left = lab.zk_json(MIGRATION_ZNODE) or {}
         served = lab.view()

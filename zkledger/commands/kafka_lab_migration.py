@@ -40,8 +40,14 @@ def register_migration(sub: Any) -> None:
 
 
 def run_migration(args: argparse.Namespace, ctx: Context) -> str:
-    from kafkalab.migration import BrokerMode, MigrationLab
-    from kafkalab.migration_story import PLANTED_TOPIC, dual_write_actions, judge, plant_config_write
+    from kafkalab.migration import MigrationLab
+    from kafkalab.migration_story import (
+        PLANTED_TOPIC,
+        brokers_to_kraft,
+        dual_write_actions,
+        judge,
+        plant_config_write,
+    )
     from services.report import write_report
     from zkledger.commands.migration import judge_lake, print_text
 
@@ -52,11 +58,7 @@ def run_migration(args: argparse.Namespace, ctx: Context) -> str:
     ctx.check_lake_root()
     lab = MigrationLab(work, cluster_name=ctx.cluster, lake_root=Path(ctx.lake_root).absolute(), out=sys.stderr)
     with lab:
-        lab.start_controllers()
-        lab.roll_brokers(BrokerMode.MIGRATING)
-        lab.wait_dual_write()
-        lab.during_dual_write(dual_write_actions)
-        lab.roll_brokers(BrokerMode.KRAFT)
+        brokers_to_kraft(lab, dual_write_actions)
         planted = plant_config_write(lab)
         print(f"[migration {time.strftime('%H:%M:%S')}] a plain ZooKeeper client set /config/topics/{PLANTED_TOPIC} (zxid {planted:#x})",
               file=sys.stderr, flush=True)
