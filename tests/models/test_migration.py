@@ -214,6 +214,17 @@ def brokers_to_kraft(c: Cluster, brokers: tuple[int, ...] = BROKERS) -> None:
         c.kraft(register(b, 20 + b, migrating=False), unfence(b, 20 + b))
 
 
+def loaded() -> Cluster:
+    """A migration up to dual-write: the quorum has claimed ZooKeeper and loaded its metadata."""
+    c = Cluster()
+    zookeeper_cluster(c)
+    start_quorum(c)
+    brokers_in_migration_mode(c)
+    c.claim(zk_epoch=2)
+    load(c)
+    return c
+
+
 def migrated(c: Cluster | None = None) -> Cluster:
     """A clean migration up to the last step: every broker a KRaft broker, dual-write still on."""
     c = c or Cluster()
@@ -280,12 +291,7 @@ def test_before_the_load_finalizing_is_not_safe() -> None:
 
 
 def test_a_zookeeper_broker_left_keeps_dual_write_and_blocks_finalizing() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     brokers_to_kraft(c, (1, 2))
     change_retention(c, "2000")
     report = check_migration(c.history())
@@ -296,12 +302,7 @@ def test_a_zookeeper_broker_left_keeps_dual_write_and_blocks_finalizing() -> Non
 
 # ------------------------------------------------------------------------------------------------ alignment
 def test_only_writes_of_migration_that_move_the_offset_on_are_settled() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     shrink_isr(c)
     points = aligned_points(c.history())
     assert [p.unsettled for p in points] == [
@@ -409,12 +410,7 @@ def diverge_broker(c: Cluster) -> None:
 ])
 def test_a_divergence_in_each_entity_kind_is_found_where_it_starts(
         diverge: object, entity: EntityKind, key: str, field: str) -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     shrink_isr(c)  # past the load's full sync: a write the log did not make there would be a re-sync's
     assert callable(diverge)
     diverge(c)
@@ -427,12 +423,7 @@ def test_a_divergence_in_each_entity_kind_is_found_where_it_starts(
 
 
 def test_a_broker_divergence_at_one_point_only_is_not_reported() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     c.zk(("/brokers/ids/4", ZnodeOp.CREATE, encode_broker_registration(4, "b4", 9092, KAFKA)), session=0xB4)
     shrink_isr(c)
     c.kraft(register(4, 14, migrating=True))  # the quorum learns of it before the next point
@@ -448,12 +439,7 @@ def out_of_band_retention(c: Cluster) -> int:
 
 
 def test_a_zookeeper_write_by_another_session_during_dual_write_is_out_of_band() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     zxid = out_of_band_retention(c)
     report = check_migration(c.history())
     found = [f for f in report.findings if f.kind is K.MIGRATION_OUT_OF_BAND_ZK_WRITE]
@@ -491,12 +477,7 @@ def failover(c: Cluster, zk_epoch: int) -> int:
 
 
 def test_a_full_resync_after_a_failover_that_undoes_an_out_of_band_write_is_reported() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     out_of_band_retention(c)
     resync = failover(c, zk_epoch=3)
     report = check_migration(c.history())
@@ -508,12 +489,7 @@ def test_a_full_resync_after_a_failover_that_undoes_an_out_of_band_write_is_repo
 
 
 def test_a_failover_whose_resync_writes_only_what_the_log_changed_is_not_reported() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     c.epoch += 1
     c.kraft(ControlRecord(ControlRecordType.LEADER_CHANGE, 0, {"leaderId": CONTROLLER, "voters": []}))
     c.claim(zk_epoch=3, session=DRIVER_AFTER_FAILOVER)
@@ -556,12 +532,7 @@ def test_a_new_attempt_after_a_rollback_that_kept_migration_is_stale_from_zookee
 
 
 def test_a_failover_claim_of_a_loaded_migration_is_not_stale() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     failover(c, zk_epoch=3)
     assert K.MIGRATION_STALE_ZNODE not in kinds(check_migration(c.history()))
 
@@ -579,12 +550,7 @@ def test_a_kraft_epoch_above_the_zookeeper_controller_epoch_is_a_rollback_hazard
 
 
 def test_finalizing_while_a_broker_is_still_a_zookeeper_broker_strands_it() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     brokers_to_kraft(c, (1, 2))
     offset = finalize(c)
     report = check_migration(c.history())
@@ -604,12 +570,7 @@ def test_finalizing_while_a_zookeeper_broker_never_registered_with_the_quorum_st
 
 
 def test_a_rollback_to_a_zookeeper_controller_ends_the_migration_phases() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     c.zk(("/controller", ZnodeOp.DELETE, None), session=ADMIN)
     c.zk(("/controller_epoch", ZnodeOp.SET, encode_controller_epoch(3)),
          ("/controller", ZnodeOp.CREATE, encode_controller(2, 0, KAFKA)), session=0xB2)
@@ -648,12 +609,7 @@ def test_a_rollback_that_skipped_the_first_roll_names_the_stranded_kraft_brokers
 
 
 def test_a_rollback_before_the_brokers_moved_that_removed_migration_leaves_no_offset() -> None:
-    c = Cluster()
-    zookeeper_cluster(c)
-    start_quorum(c)
-    brokers_in_migration_mode(c)
-    c.claim(zk_epoch=2)
-    load(c)
+    c = loaded()
     c.zk(("/migration", ZnodeOp.DELETE, None), session=ADMIN)  # the docs' get /migration, rmr /migration
     roll_back(c)
     (found,) = [f for f in check_migration(c.history()).findings if f.kind is K.MIGRATION_ROLLED_BACK]
