@@ -326,8 +326,7 @@ class KRaftCluster:
             raise UserError(f"node {node_id} is already running")
         self.format_node(node_id)
         node.log_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [find_java(), *_JVM_OPTS, f"-Dkafka.logs.dir={node.log_dir}",
-               f"-Dlog4j2.configurationFile={node.home / 'log4j2.properties'}",
+        cmd = [find_java(), *self._jvm_options(node), f"-Dkafka.logs.dir={node.log_dir}",
                "-cp", self.classpath, MAIN_CLASS, str(node.home / "server.properties")]
         with (node.home / "stdout.log").open("ab") as out:
             node.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -335,6 +334,10 @@ class KRaftCluster:
                                          preexec_fn=die_with_parent(signal.SIGKILL) if self.die_with_parent else None)
         if wait:
             self.wait_node(node_id)
+
+    def _jvm_options(self, node: Node) -> list[str]:
+        """Heap and GC settings, and the line's logging configuration (log4j2 from Kafka 4)."""
+        return [*_JVM_OPTS, f"-Dlog4j2.configurationFile={node.home / 'log4j2.properties'}"]
 
     def stop_node(self, node_id: int, timeout_s: float = 60.0) -> None:
         """SIGTERM: Kafka's shutdown hook runs a controlled shutdown (a broker's leaders move away first)."""

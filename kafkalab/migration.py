@@ -53,7 +53,6 @@ from typing import Any
 
 from kafkalab.cluster import BROKER_JVM_OPTS, BROKER_LOG4J, Broker, KafkaCluster, die_with_parent, kafka_line
 from kafkalab.kraft import (
-    MAIN_CLASS,
     KRaftCluster,
     KRaftLine,
     Node,
@@ -62,7 +61,7 @@ from kafkalab.kraft import (
 from kafkalab.truth import NO_LEADER, GroundTruthRecorder, PartitionView, admin_client
 from services.errors import UserError
 from services.jvm import installed_jars
-from services.zookeeper import HOST, EmbeddedZooKeeper, find_java, free_port
+from services.zookeeper import HOST, EmbeddedZooKeeper, free_port
 
 LINE = "3.9"
 """The last line with ZooKeeper mode and the one the migration is documented for."""
@@ -139,24 +138,9 @@ class MigrationControllers(KRaftCluster):
             self.nodes[nid] = Node(nid, ("controller",), self.base / f"controller-{nid}",
                                    self.base / "logs" / f"controller-{nid}", controller_port=free_port())
 
-    def start_node(self, node_id: int, *, wait: bool = True) -> None:
-        """As `KRaftCluster.start_node`, with the 3.9 line's reload4j configuration; the config is rewritten at
-        every start, so a restart after `migrating` is turned off finalizes."""
-        node = self.nodes[node_id]
-        if node.running:
-            raise UserError(f"controller {node_id} is already running")
-        self.format_node(node_id)
-        self._write_config(node)
-        node.log_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [find_java(), *BROKER_JVM_OPTS, f"-Dkafka.logs.dir={node.log_dir}",
-               f"-Dlog4j.configuration=file:{node.home / 'log4j.properties'}",
-               "-cp", self.classpath, MAIN_CLASS, str(node.home / "server.properties")]
-        with (node.home / "stdout.log").open("ab") as out:
-            node.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=node.home, start_new_session=True,
-                                         preexec_fn=die_with_parent(signal.SIGKILL) if self.die_with_parent else None)
-        if wait:
-            self.wait_node(node_id)
+    def _jvm_options(self, node: Node) -> list[str]:
+        """The 3.9 line logs through reload4j (the brokers' log4j.properties, rewritten with the config)."""
+        return [*BROKER_JVM_OPTS, f"-Dlog4j.configuration=file:{node.home / 'log4j.properties'}"]
 
     def roll(self, timeout_s: float | None = None) -> None:
         """Restart the controllers one at a time with the current settings, each started again before the next
