@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +26,7 @@ from kafkalab.cluster import die_with_parent
 from kafkalab.kraft import KRaftCluster
 from kafkalab.kraft_scenarios import SCENARIOS, KRaftLab
 from kafkalab.kraft_verify import KRAFT_VIEW, KRaftTruthRecorder, logged_elections, tenures
+from kafkalab.runner import cli_rebuild
 from kafkalab.scenarios import Phase
 from kafkalab.truth import Sample
 from models.tables import (
@@ -190,21 +192,18 @@ class KRaftLabRun:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def finish(self) -> KRaftLabResult:
-        """Rebuild with the CLI (as a user would) and read the tables back."""
+    def finish(self, rebuild: Callable[[Path, str], str] | None = None) -> KRaftLabResult:
+        """Rebuild and read the tables back. ``rebuild(lake_root, cluster)`` returns its summary line; by default
+        `zkledger rebuild` as a process (as a user would)."""
         if self.collector is not None:
             self.stop()
         if self.collector_code != 0:
             raise UserError(f"collect kraft exited with {self.collector_code}: {self._collector_output()[-600:]}")
         t0 = time.monotonic()
-        self._say("zkledger rebuild ...")
-        proc = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(self.lake_root), "--cluster",
-                               self.cluster_name, "rebuild"], capture_output=True, text=True, timeout=900,
-                              check=False)
-        if proc.returncode != 0:
-            raise UserError(f"zkledger rebuild failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+        self._say("rebuild ...")
+        summary = (rebuild or cli_rebuild)(self.lake_root, self.cluster_name)
         self.timings["rebuild"] = time.monotonic() - t0
-        self._say(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "rebuilt")
+        self._say(summary)
         assert self.keep is not None and self.lab is not None
         return KRaftLabResult(self.line, self.lake_root, self.cluster_name, self.cluster.logs_root, self.keep,
                               self.lab.phases, list(self.recorder.samples),

@@ -52,15 +52,28 @@ def plant_config_write(lab: MigrationLab) -> int:
     return int(stat.mzxid)
 
 
-def restart_controller(lab: MigrationLab) -> None:
-    """kill -9 of the (only) KRaft controller and its start again: the new leader syncs ZooKeeper from the log
-    in full before it dual-writes again."""
-    (controller,) = lab.controller_ids
-    mark = lab.quorum.server_log_size(controller)
-    lab.quorum.kill(controller)
-    lab.quorum.start_node(controller, wait=False)
-    lab.quorum.wait_logged(DUAL_WRITE_LOG, "the restarted controller to dual-write again", [controller],
-                           since=mark, timeout_s=lab.wait_s)
+def migration_zxid(lab: MigrationLab) -> int:
+    """The zxid of the last ``/migration`` write: every controller write ZooKeeper holds now is at or before it."""
+    with lab.kazoo() as zk:
+        stat = zk.exists(MIGRATION_ZNODE)
+    return -1 if stat is None else int(stat.mzxid)
+
+
+def fail_over_controller(lab: MigrationLab) -> tuple[int, int]:
+    """kill -9 of the active KRaft controller: the quorum elects another, which syncs ZooKeeper from the log in
+    full before it dual-writes again; the killed node is then started again and follows. With a one-node quorum
+    the node itself, restarted, is the next leader. (killed, new leader)"""
+    killed, _ = lab.quorum.wait_quorum_leader(timeout_s=lab.wait_s)
+    marks = {nid: lab.quorum.server_log_size(nid) for nid in lab.controller_ids}
+    lab.quorum.kill(killed)
+    alone = len(lab.controller_ids) == 1
+    if alone:
+        lab.quorum.start_node(killed, wait=False)
+    leader = lab.quorum.wait_logged(DUAL_WRITE_LOG, "the next quorum leader to dual-write again", since=marks,
+                                    timeout_s=lab.wait_s)
+    if not alone:
+        lab.quorum.start_node(killed, wait=False)
+    return killed, leader
 
 
 def migration_json(lake_root: Path, cluster: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -125,19 +126,26 @@ class LabRun:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    def finish(self) -> LabResult:
-        """Rebuild with the CLI (as a user would) and read the tables back."""
+    def finish(self, rebuild: Callable[[Path, str], str] | None = None) -> LabResult:
+        """Rebuild and read the tables back. ``rebuild(lake_root, cluster)`` returns its summary line; by default
+        `zkledger rebuild` as a process (as a user would)."""
         t0 = time.monotonic()
-        self._say("zkledger rebuild ...")
-        proc = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(self.lake_root), "--cluster",
-                               self.cluster_name, "rebuild"], capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0:
-            raise UserError(f"zkledger rebuild failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+        self._say("rebuild ...")
+        summary = (rebuild or cli_rebuild)(self.lake_root, self.cluster_name)
         self.timings["rebuild"] = time.monotonic() - t0
-        self._say(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "rebuilt")
+        self._say(summary)
         return LabResult(self.line, self.lake_root, self.cluster_name, self.cluster.logs_root, self.lab.phases,
                          list(self.recorder.samples), read_tables(self.lake_root, self.cluster_name),
                          dict(self._codes), dict(self.timings))
+
+
+def cli_rebuild(lake_root: Path, cluster: str) -> str:
+    """`zkledger rebuild` as a process; its summary line."""
+    proc = subprocess.run([sys.executable, "-m", "zkledger.cli", "--lake", str(lake_root), "--cluster", cluster,
+                           "rebuild"], capture_output=True, text=True, timeout=900, check=False)
+    if proc.returncode != 0:
+        raise UserError(f"zkledger rebuild failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "rebuilt"
 
 
 def read_tables(lake_root: Path, cluster: str) -> dict[str, list[dict[str, Any]]]:

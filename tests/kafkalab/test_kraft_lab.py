@@ -1,7 +1,8 @@
 """zkledger against a real Kafka 4.1 KRaft cluster (kafkalab, issue 29 item 5): three combined nodes play every
 KRaft scenario once in sequence, with `zkledger collect kraft --follow` on one node's metadata log and an Admin
 client recording Kafka's own view (every broker's Metadata, the quorum's leader from DescribeQuorum); one
-`zkledger rebuild` (a Spark process) then serves every check below. A few minutes on two cores.
+rebuild (the pipeline's steps in this process, `engine.local_run`) then serves every check below; `zkledger
+kafka-lab kraft` runs the same story with `zkledger rebuild`. A few minutes on two cores.
 """
 
 from __future__ import annotations
@@ -23,19 +24,20 @@ from models.anomalies import DEFAULT_OFFLINE_BLIP_MS
 from models.anomalies import AnomalyKind as K
 from models.kraft_image import NO_LEADER_CHANGE, RECOVERING
 from models.kraft_records import MetadataRecordType, decode_metadata_record
+from tests.kafkalab.driver import rebuild_in_driver
 
 ALL = list(SCENARIOS)
 ROUTINES = ("create", "deletion", "rolling-restart", "preferred-election", "reassignment")
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory, starts_kraft: None, starts_spark: None,
+def lab(tmp_path_factory: pytest.TempPathFactory, starts_kraft: None,
         takes_minutes: None) -> Iterator[KRaftLabResult]:
-    """Every KRaft scenario played on real nodes, then `zkledger rebuild`."""
+    """Every KRaft scenario played on real nodes, then rebuilt in this process."""
     run = KRaftLabRun(tmp_path_factory.mktemp("kraft-lab"), out=sys.stderr)
     with run:
         run.play(ALL)
-    yield run.finish()
+    yield run.finish(rebuild=rebuild_in_driver)
 
 
 def phase(res: KRaftLabResult, name: str) -> Phase:

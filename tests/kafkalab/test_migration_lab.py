@@ -1,13 +1,14 @@
 """zkledger recording a real ZooKeeper -> KRaft migration (KIP-866) of Kafka 3.9 (`kafkalab.migration`).
 
-One clean migration plays: three ZooKeeper-mode brokers with four topics and some data; one KRaft controller
-formatted with ZooKeeper's cluster id, started in migration mode; the brokers rolled into migration mode until the
-controller has copied ZooKeeper's metadata and dual-writes; during dual-write a topic created (`fresh`), one
-deleted (`doomed`) and a partition reassigned (`moving` 0: [1, 2] -> [2, 3]); the brokers rolled to KRaft mode;
-the controller restarted without ZooKeeper (finalization). `collect txnlog`, `collect logs` and `collect kraft`
-run beside it into one lake, which every check below reads (no rebuild, no Spark: the bronze tables, and the
-codec for what `decode_quarantine` would hold). About 65 s for the file on two idle cores, two minutes when the
-cores are shared with other tests.
+One migration plays: three ZooKeeper-mode brokers with four topics and some data; a quorum of three KRaft
+controllers formatted with ZooKeeper's cluster id, started in migration mode; the brokers rolled into migration
+mode until the leader has copied ZooKeeper's metadata and dual-writes; during dual-write a topic created (`fresh`),
+one deleted (`doomed`) and a partition reassigned (`moving` 0: [1, 2] -> [2, 3]); the brokers rolled to KRaft mode
+(judged: safe to finalize); a plain ZooKeeper client setting a topic's config (judged: reported, not safe); kill -9
+of the active controller, whose successor re-syncs ZooKeeper from the log (judged: the re-sync shown, agreeing
+again); the controllers restarted without ZooKeeper (finalization). `collect txnlog`, `collect logs` and `collect
+kraft` run beside it into one lake; `zkledger migration` and `zkledger state --at` read it (no rebuild, no Spark:
+the bronze tables, and the codec for what `decode_quarantine` would hold). About 70 s on two idle cores.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from kafkalab.migration_story import (
     PLANTED_TOPIC,
     brokers_to_kraft,
     dual_write_actions,
+    fail_over_controller,
     judge,
     migration_json,
+    migration_zxid,
     plant_config_write,
-    restart_controller,
 )
 from kafkalab.truth import NO_LEADER, PartitionView
 from models.anomalies import AnomalyKind as K
@@ -80,9 +82,10 @@ class Migrated:
         return [r for r in self.events if r["path"] == MIGRATION_ZNODE]
 
     def controller_sessions(self) -> list[int]:
-        """The KRaft controller's ZooKeeper sessions, in order: those that write /migration (a new one after the
-        controller's restart)."""
-        return list(dict.fromkeys(int(r["session_id"]) for r in self.migration_writes()))
+        """The active KRaft controllers' ZooKeeper sessions, in order: those that write /migration naming a
+        controller (the first to start creates it naming none; a new leader after the failover)."""
+        return list(dict.fromkeys(int(r["session_id"]) for r in self.migration_writes()
+                                  if json.loads(r["data"])["kraft_controller_id"] >= 0))
 
 
 # the points at which `zkledger migration` judges the lake (kafkalab.migration_story): the brokers on KRaft after
@@ -95,7 +98,8 @@ CLEAN, PLANTED, RESYNCED, FINALIZED = "clean", "planted", "resynced", "finalized
 def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, starts_kraft: None,
              takes_minutes: None) -> Iterator[Migrated]:
     """One migration, start to finalization, recorded by the three collectors and judged at each JUDGED point."""
-    lab = MigrationLab(tmp_path_factory.mktemp("migration"), out=sys.stderr)
+    # three controllers: kill -9 of the active one fails over to another
+    lab = MigrationLab(tmp_path_factory.mktemp("migration"), controllers_size=3, out=sys.stderr)
     judged: dict[str, dict[str, Any]] = {}
     with lab:
         brokers_to_kraft(lab, dual_write_actions)
@@ -103,8 +107,8 @@ def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, start
         quiet_at = datetime.now(UTC)  # the brokers on KRaft, every ISR full, both stores collected
         planted = plant_config_write(lab)  # an operator's script, not Kafka: the next re-sync undoes it
         judged[PLANTED] = judge(lab, settled_after_zxid=planted)
-        restart_controller(lab)
-        judged[RESYNCED] = judge(lab, settled_after_zxid=planted)
+        fail_over_controller(lab)  # the next leader has synced ZooKeeper from the log when it dual-writes again
+        judged[RESYNCED] = judge(lab, settled_after_zxid=migration_zxid(lab))
         lab.finalize()
         served = lab.view()
         admin = lab.admin()
@@ -159,7 +163,9 @@ def test_the_migration_znode_carries_the_controllers_kraft_offsets(migrated: Mig
     assert [r["version"] for r in writes] == list(range(len(writes))), "a /migration write is missing"
     payloads = [json.loads(r["data"]) for r in writes]
     assert payloads[0]["kraft_controller_id"] == -1  # created when the controller starts, before it leads
-    claimed = [p for p in payloads if p["kraft_controller_id"] == CONTROLLER_FIRST_ID]
+    first = next(p["kraft_controller_id"] for p in payloads if p["kraft_controller_id"] >= 0)
+    assert first >= CONTROLLER_FIRST_ID
+    claimed = [p for p in payloads if p["kraft_controller_id"] == first]  # until the failover
     offsets = [p["kraft_metadata_offset"] for p in claimed if p["kraft_metadata_offset"] >= 0]
     assert len(offsets) > 3 and offsets == sorted(offsets), "the offsets in /migration go back"
     # /migration names offsets the controller's log really holds (up to its last dual-write)
@@ -287,7 +293,10 @@ def state_json(migrated: Migrated, at: datetime) -> dict[str, Any]:
 
 def test_state_at_answers_from_zookeeper_then_both_stores_then_kraft(migrated: Migrated) -> None:
     starts = {c["phase"]: datetime.fromisoformat(c["at"]) for c in migrated.judged[FINALIZED]["timeline"]}
-    before = state_json(migrated, starts[MigrationPhase.PRE_MIGRATION] - timedelta(milliseconds=1))
+    # when the controllers were started: the brokers in ZooKeeper mode, every ISR full
+    controllers = next(st for st in migrated.lab.steps if st.name == "controllers")
+    before = state_json(migrated, datetime.fromtimestamp(controllers.start, UTC))
+    assert datetime.fromisoformat(before["at"]) < starts[MigrationPhase.PRE_MIGRATION]
     assert before["phase"] == MigrationPhase.ZOOKEEPER and set(before["stores"]) == {Store.ZOOKEEPER}
     assert {p["topic"] for p in before["stores"][Store.ZOOKEEPER]["partitions"]} == set(TOPICS_BEFORE)
     assert before["stores"][Store.ZOOKEEPER]["brokers"] == [1, 2, 3]

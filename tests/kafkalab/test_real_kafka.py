@@ -1,6 +1,7 @@
 """zkledger against real ZooKeeper-mode Kafka brokers (kafkalab): one cluster per Kafka line plays every
 scenario in sequence with the three collectors running and an Admin client recording Kafka's own view; one
-`zkledger rebuild` then serves every check below.
+rebuild (the pipeline's steps in the test's process, tests/kafkalab/driver.py) then serves every check below,
+and the Spark monitor's run over the same history is held to it.
 
 CI plays every scenario on the 3.9 line (the last with ZooKeeper, the one users migrate from); `KAFKA_MATRIX=1
 pytest tests/kafkalab` adds 2.8 and 2.1.
@@ -33,6 +34,7 @@ from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from simulator.scenarios import run_scenario
 from tests.conftest import assert_same_tables
 from tests.e2e.conftest import decisions_ahead, early_decisions, feed, time_chunks
+from tests.kafkalab.driver import rebuild_in_driver
 from tests.znode_facts import check_payload, spec_of
 
 pytestmark = pytest.mark.integration
@@ -47,12 +49,12 @@ if os.environ.get("KAFKA_MATRIX") == "1":  # the older lines (2.1 needs a swappe
 @pytest.fixture(scope="module", params=list(PLAN))
 def lab(request: pytest.FixtureRequest, zk_server: object, tmp_path_factory: pytest.TempPathFactory,
         starts_kafka: None, starts_spark: None, takes_minutes: None) -> Iterator[LabResult]:
-    """Every scenario played on real brokers, then `zkledger rebuild` (a Spark process): minutes per line."""
+    """Every scenario played on real brokers, then rebuilt (tests/kafkalab/driver.py): minutes per line."""
     line = request.param
     run = LabRun(line, tmp_path_factory.mktemp(f"kafka-{line}"), zk_server)  # type: ignore[arg-type]
     with run:
         run.play(PLAN[line])
-    yield run.finish()
+    yield run.finish(rebuild=rebuild_in_driver)
 
 
 def phase(res: LabResult, name: str) -> verify.Phase:
