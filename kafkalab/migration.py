@@ -28,8 +28,8 @@ controllers deprovisioned, ``/controller`` deleted so that a ZooKeeper broker is
 plain ZooKeeper mode. That row does not say to delete ``/migration`` (only the row for brokers still in migration
 mode does, KAFKA-17146), so a later attempt (`start_next_attempt()`) finds it.
 
-`run()` plays 2-5 in order. Every log (brokers' ``logs/broker-N/``, controllers' ``logs/controller-N/``) is under
-``logs_root``, which ``zkledger collect logs`` follows; ``collect txnlog`` follows ZooKeeper's data dir and
+`kafkalab.migration_story.brokers_to_kraft` plays steps 2 to 5 up to the brokers on KRaft. Every log (brokers'
+``logs/broker-N/``, controllers' ``logs/controller-N/``) is under ``logs_root``, which ``zkledger collect logs`` follows; ``collect txnlog`` follows ZooKeeper's data dir and
 ``collect kraft`` the first controller's ``__cluster_metadata-0``.
 """
 
@@ -416,17 +416,6 @@ class MigrationLab:
             self.stop()
             raise
         return self
-
-    def run(self, during_dual_write: Callable[[MigrationLab], None] | None = None) -> None:
-        """The whole procedure from a started lab: controllers, brokers into migration, dual-write (with the
-        given actions), brokers to KRaft, finalization."""
-        self.start_controllers()
-        self.roll_brokers(BrokerMode.MIGRATING)
-        self.wait_dual_write()
-        if during_dual_write is not None:
-            self.during_dual_write(during_dual_write)
-        self.roll_brokers(BrokerMode.KRAFT)
-        self.finalize()
 
     def start_controllers(self) -> None:
         """Format with ZooKeeper's cluster id and start the quorum in migration mode; collect its metadata log."""
