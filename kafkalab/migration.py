@@ -29,8 +29,9 @@ plain ZooKeeper mode. That row does not say to delete ``/migration`` (only the r
 mode does, KAFKA-17146), so a later attempt (`start_next_attempt()`) finds it.
 
 `kafkalab.migration_story.brokers_to_kraft` plays steps 2 to 5 up to the brokers on KRaft. Every log (brokers'
-``logs/broker-N/``, controllers' ``logs/controller-N/``) is under ``logs_root``, which ``zkledger collect logs`` follows; ``collect txnlog`` follows ZooKeeper's data dir and
-``collect kraft`` the first controller's ``__cluster_metadata-0``.
+``logs/broker-N/``, controllers' ``logs/controller-N/``) is under ``logs_root``, which ``zkledger collect logs``
+follows; ``collect txnlog`` follows ZooKeeper's data dir and ``collect kraft`` the first controller's
+``__cluster_metadata-0``.
 """
 
 from __future__ import annotations
