@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -357,17 +357,8 @@ class KafkaCluster:
         with self._kazoo() as zk:
             zk.ensure_path(self.chroot)
 
-    @contextlib.contextmanager
-    def _kazoo(self) -> Any:
-        from kazoo.client import KazooClient
-
-        client = KazooClient(hosts=self.zk_hosts, timeout=15)
-        client.start(timeout=15)
-        try:
-            yield client
-        finally:
-            client.stop()
-            client.close()
+    def _kazoo(self) -> contextlib.AbstractContextManager[Any]:
+        return kazoo_session(self.zk_hosts)
 
     @staticmethod
     def _signal(broker: Broker, sig: signal.Signals) -> None:
@@ -376,6 +367,20 @@ class KafkaCluster:
     @staticmethod
     def _wait_exit(broker: Broker, timeout_s: float) -> bool:
         return wait_or_kill(broker.proc, timeout_s)
+
+
+@contextlib.contextmanager
+def kazoo_session(hosts: str) -> Iterator[Any]:
+    """A plain kazoo client on ``hosts`` (host:port[/chroot]), closed on exit: a session that is not Kafka's."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts, timeout=15)
+    client.start(timeout=15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
 
 
 def signal_group(proc: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:

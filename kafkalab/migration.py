@@ -52,7 +52,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kafkalab.cluster import BROKER_JVM_OPTS, BROKER_LOG4J, Broker, KafkaCluster, die_with_parent, kafka_line
+from kafkalab.cluster import (
+    BROKER_JVM_OPTS,
+    BROKER_LOG4J,
+    Broker,
+    KafkaCluster,
+    die_with_parent,
+    kafka_line,
+    kazoo_session,
+)
 from kafkalab.kraft import (
     KRaftCluster,
     KRaftLine,
@@ -626,18 +634,9 @@ class MigrationLab:
         return self.collector_codes
 
     # -- ZooKeeper ----------------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def kazoo(self) -> Iterator[Any]:
+    def kazoo(self) -> contextlib.AbstractContextManager[Any]:
         """A plain ZooKeeper client on the cluster's chroot (an out-of-band writer: not Kafka's session)."""
-        from kazoo.client import KazooClient
-
-        client = KazooClient(hosts=self.zookeeper.hosts + self.chroot, timeout=15)
-        client.start(timeout=15)
-        try:
-            yield client
-        finally:
-            client.stop()
-            client.close()
+        return kazoo_session(self.zookeeper.hosts + self.chroot)
 
     def zk_json(self, path: str) -> dict[str, Any] | None:
         """The JSON payload of `<chroot><path>`, None when the znode does not exist."""
@@ -672,15 +671,8 @@ class MigrationLab:
             return int(zk.set(path, data).version)
 
     def _ensure_chroot(self) -> None:
-        from kazoo.client import KazooClient
-
-        client = KazooClient(hosts=self.zookeeper.hosts, timeout=15)
-        client.start(timeout=15)
-        try:
-            client.ensure_path(self.chroot)
-        finally:
-            client.stop()
-            client.close()
+        with kazoo_session(self.zookeeper.hosts) as zk:
+            zk.ensure_path(self.chroot)
 
     # -- the cluster through clients ----------------------------------------------------------------------------
     def running_bootstrap(self) -> list[str]:
