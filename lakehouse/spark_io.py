@@ -1,25 +1,21 @@
-"""Spark over the lake, through Delta Lake's own connector: snapshot and time-travel reads, the streaming
-source, idempotent batch writes.
+"""Spark over the lake, through Delta Lake's own connector: snapshot and time-travel reads and the streaming
+source.
 
-Every Spark read and write of a lake table here is ``format("delta")`` (the session is built with Delta's
-extension and catalog by ``services.spark_session.build_spark``). Rows that already sit in this process as Arrow (the
-collectors' appends, an increment computed in the driver) are written by ``Lake`` with delta-rs, which starts
-no JVM; both writers commit to the same tables with the same app-transaction ids.
+Every Spark read of a lake table here is ``format("delta")`` (the session is built with Delta's extension and
+catalog by ``services.spark_session.build_spark``). Spark does not write the lake through the connector: every
+commit goes through ``Lake`` (delta-rs), the collectors' appends and the files the query's executors write alike.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from lakehouse.lake import Lake, WriteMode, crash_point
+from lakehouse.lake import Lake
 from lakehouse.spark_schema import spark_schema
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -97,60 +93,5 @@ def stream_table(
     return reader.load(lake.table_path(table))
 
 
-def write_batch(
-    df: DataFrame | pa.Table,
-    lake: Lake,
-    table: str,
-    writer_id: str,
-    batch_seq: int,
-    mode: WriteMode = "append",
-    metadata: Mapping[str, str] | None = None,
-) -> bool:
-    """Write a (micro-)batch once per ``(writer_id, batch_seq)``; False when it was already committed.
-
-    A Spark DataFrame is written by Delta's connector from the executors, with the app transaction
-    ``txnAppId``/``txnVersion``: Delta itself skips a replayed batch (``batch_seq = batch_id`` in
-    ``foreachBatch``). An Arrow table already in this process goes through ``Lake`` (delta-rs), under the same
-    app transaction. ``metadata`` goes into the commit's info (``Lake.history``).
-    """
-    if mode not in ("append", "overwrite"):
-        raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
-    if _is_arrow(df):
-        crash_point("before_write", batch_seq)
-        write = lake.append if mode == "append" else lake.overwrite
-        return write(table, df, writer_id=writer_id, batch_seq=batch_seq, metadata=metadata)
-    last = lake.last_batch_seq(table, writer_id)
-    if last is not None and last >= batch_seq:
-        log.info("%s: batch %s/%d already committed, skipped", table, writer_id, batch_seq)
-        return False
-    schema = spark_schema(table, nullable=True)
-    frame: DataFrame = df
-    from pyspark.sql import functions as F
-
-    if "cluster" not in frame.columns:
-        frame = frame.withColumn("cluster", F.lit(lake.cluster))
-    unknown = sorted(set(frame.columns) - set(schema.fieldNames()))
-    if unknown:  # refused before anything is created
-        raise ValueError(f"{table}: unknown column(s) {', '.join(unknown)}")
-    lake.ensure(table)
-    crash_point("before_commit", batch_seq)
-    present = set(frame.columns)
-    frame = frame.select(*(F.col(f.name).cast(f.dataType) if f.name in present
-                           else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields))
-    writer = (frame.write.format(DELTA).mode(mode)
-              .option("txnAppId", writer_id).option("txnVersion", str(batch_seq)))
-    if metadata:
-        writer = writer.option("userMetadata", json.dumps(dict(metadata), sort_keys=True))
-    writer.save(lake.table_path(table))
-    crash_point("after_commit", batch_seq)
-    return lake.last_batch_seq(table, writer_id) == batch_seq
-
-
-def _is_arrow(df: object) -> bool:
-    import pyarrow as pa
-
-    return isinstance(df, pa.Table)
-
-
-__all__ = ["read_table", "stream_table", "write_batch"]
+__all__ = ["read_table", "stream_table"]
 

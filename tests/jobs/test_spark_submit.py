@@ -1,15 +1,9 @@
-"""spark-submit of the jobs to a real Spark standalone master with two workers (1 core each), compared with a
-local run: the quality check, the rebuild, and the streaming monitor killed and restarted, with a worker killed
-mid-stream."""
+"""spark-submit of the batch jobs to a real Spark standalone master with two workers (1 core each), compared with
+a local run: the quality check and the rebuild. The streaming monitor's kills: test_spark_submit_monitor.py."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import time
-import tomllib
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,50 +11,12 @@ import pytest
 
 from services.quality import run_quality
 from tests import sample_data as sd
-from tests.standalone_cluster import SPARK_HOME, StandaloneCluster, spark_env
+from tests.jobs.spark_submit import ROOT, submit_command
+from tests.standalone_cluster import spark_env
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
-# the packages `make dist` zips: the project's own list in pyproject.toml
-PACKAGES = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
 TABLES = ("partition_transitions", "anomalies")
-
-
-@pytest.fixture(scope="module")
-def standalone_cluster(tmp_path_factory: pytest.TempPathFactory, starts_spark_cluster: None,
-                       takes_minutes: None) -> Iterator[StandaloneCluster]:
-    """A real standalone master and two workers (1 core, 1g each) from the pinned PySpark; stopped at the end."""
-    with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers_n=2, cores=1, memory="1g") as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def standalone(standalone_cluster: StandaloneCluster) -> str:
-    return standalone_cluster.url
-
-
-def _archive(dest: Path) -> Path:
-    """The project archive for --py-files (what `make dist` builds)."""
-    out = dest / "zkledger.zip"
-    with zipfile.ZipFile(out, "w") as zf:
-        for pkg in PACKAGES:
-            for f in (ROOT / pkg).rglob("*"):
-                if f.is_file() and "__pycache__" not in f.parts:
-                    zf.write(f, f.relative_to(ROOT))
-    return out
-
-
-def _submit(master: str, tmp_path: Path, cores: int = 1) -> list[str]:
-    """spark-submit as the README shows a cluster user: the project archive, Delta's pinned jars and its confs."""
-    from services.jvm import DELTA, installed_jars
-    from services.spark_session import DELTA_CATALOG, DELTA_EXTENSION
-
-    return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master, "--total-executor-cores", str(cores),
-            "--executor-memory", "512m", "--py-files", str(_archive(tmp_path)),
-            "--jars", ",".join(str(j) for j in installed_jars(DELTA)),
-            "--conf", f"spark.sql.extensions={DELTA_EXTENSION}",
-            "--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}"]
 
 
 def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any, tmp_path: Path) -> None:
@@ -69,7 +25,7 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
     sd.write_story(lake, {t: tables[t] for t in ("metadata_events", *TABLES)})
     local = run_quality(spark, lake, tables=TABLES, write_results=False)
 
-    argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "check.py"),
+    argv = [*submit_command(standalone, tmp_path), str(ROOT / "jobs" / "check.py"),
             "--lake", lake.root, "--cluster", lake.cluster, "-v"]
     for t in TABLES:
         argv += ["--table", t]
@@ -107,96 +63,11 @@ def test_submitted_rebuild_equals_local_run(standalone: str, lake: Any, tmp_path
 
     conf = tmp_path / "cluster.toml"
     conf.write_text("[pipeline]\nbuckets = 4\n", encoding="utf-8")
-    argv = [*_submit(standalone, tmp_path), str(ROOT / "jobs" / "rebuild.py"),
+    argv = [*submit_command(standalone, tmp_path), str(ROOT / "jobs" / "rebuild.py"),
             "--conf", str(conf), "--lake", remote.root, "--cluster", remote.cluster]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=spark_env(), cwd=tmp_path)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
     assert remote.row_count("partition_transitions") > 0
     assert_same_tables(remote, lake)
-    assert "ZOMBIE_CONTROLLER_WRITE" in {r["kind"] for r in remote.read_arrow("anomalies").to_pylist()}
-
-
-def _story() -> Any:
-    """Two controller tenures, two topics, leader moves, ISR changes and a zombie write, in zxid order."""
-    from tests.history import History
-
-    h = History(cluster="cluster-run")
-    h.broker(1).broker(2).broker(3).controller(1, 1)
-    h.topic("t", {0: [1, 2, 3], 1: [2, 3, 1]}).topic("u", {0: [3, 1, 2]})
-    h.state("t", 0, 1, 0, 1, [1, 2, 3], op="CREATE").state("t", 1, 2, 0, 1, [2, 3, 1], op="CREATE")
-    h.state("u", 0, 3, 0, 1, [3, 1, 2], op="CREATE")
-    for round_ in range(3):
-        h.state("t", 0, 1, 0, 1, [1, 2]).state("t", 0, 1, 0, 1, [1, 2, 3])  # the leader's ISR shrinks and grows
-        h.state("u", 0, 3, round_ + 1, 1, [3, 1, 2])
-    h.controller(2, 2)
-    h.state("t", 0, 2, 1, 2, [2, 3])  # the new controller moves the leader
-    h.state("t", 1, 3, 1, 1, [3, 1])  # a zombie write: leader change by controller epoch 1 < 2
-    h.state("u", 0, 1, 4, 2, [1, 2])
-    return h
-
-
-def _wait_rows(lake: Any, table: str, at_least: int, proc: subprocess.Popen[bytes], log: Path,
-               limit_s: float = 300) -> int:
-    """Wait until ``table`` holds ``at_least`` rows (a micro-batch committed); the count then."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        n = lake.row_count(table) if lake.exists(table) else 0
-        if n >= at_least:
-            return int(n)
-        assert proc.poll() is None, f"{proc.args!r} exited: {log.read_text(errors='replace')[-2000:]}"
-        time.sleep(0.2)
-    raise AssertionError(f"{table} never reached {at_least} rows: {log.read_text(errors='replace')[-2000:]}")
-
-
-def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
-        standalone_cluster: StandaloneCluster, tmp_path: Path) -> None:
-    """jobs/monitor.py on two workers, one bronze commit per micro-batch: the driver is SIGKILLed after its first
-    micro-batch, restarted, and one worker is killed while the restarted monitor streams. The derived tables
-    equal the same steps run in this process over the same bronze."""
-    import signal
-
-    from engine.local_run import run_local
-    from lakehouse import Lake
-    from tests.conftest import assert_same_tables
-
-    h = _story()
-    remote, local = Lake(str(tmp_path / "remote-lake"), h.cluster), Lake(str(tmp_path / "local-lake"), h.cluster)
-    # 4 commits, one micro-batch each, every one adding metadata events: the driver killed in the first, the
-    # worker once the second has rows, the rest run without it (each batch costs seconds on 1 core)
-    commits = [h.rows[i:i + 6] for i in range(0, len(h.rows), 6)]
-    assert len(commits) == 4
-    for target in (remote, local):
-        for seq, rows in enumerate(commits):
-            target.append("znode_events", rows, writer_id="fixture", batch_seq=seq)
-    run_local(local)
-
-    conf = tmp_path / "cluster.toml"
-    conf.write_text("[pipeline]\nbuckets = 4\n\n[streaming]\nmax_files_per_trigger = 1\n", encoding="utf-8")
-    job = [*_submit(standalone_cluster.url, tmp_path, cores=2), str(ROOT / "jobs" / "monitor.py"), "--conf", str(conf),
-           "--lake", remote.root, "--cluster", remote.cluster]
-    first_log = tmp_path / "monitor-1.log"
-    first = subprocess.Popen([*job, "--trigger", "1"], stdout=first_log.open("wb"), stderr=subprocess.STDOUT,
-                             env=spark_env(), cwd=tmp_path, start_new_session=True)
-    try:
-        done_first = _wait_rows(remote, "metadata_events", 1, first, first_log)
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
-        first.wait(timeout=60)
-    assert remote.row_count("metadata_events") < local.row_count("metadata_events"), "the first run drained it all"
-
-    second_log = tmp_path / "monitor-2.log"
-    second = subprocess.Popen([*job, "--available-now"], stdout=second_log.open("wb"), stderr=subprocess.STDOUT,
-                              env=spark_env(), cwd=tmp_path)
-    try:
-        streamed = _wait_rows(remote, "metadata_events", done_first + 1, second, second_log)
-        assert streamed < local.row_count("metadata_events"), "the restarted run drained it all before the kill"
-        victim = standalone_cluster.workers[1]
-        os.killpg(victim.pid, signal.SIGKILL)  # the worker and its executor
-        victim.wait(timeout=60)
-        assert second.wait(timeout=600) == 0, second_log.read_text(errors="replace")[-3000:]
-    finally:
-        if second.poll() is None:
-            second.kill()
-    assert_same_tables(remote, local)
     assert "ZOMBIE_CONTROLLER_WRITE" in {r["kind"] for r in remote.read_arrow("anomalies").to_pylist()}

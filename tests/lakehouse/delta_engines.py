@@ -1,14 +1,9 @@
-"""Both Delta engines behind one small interface, and sample rows of every table.
-
-Each engine offers two levels: raw Delta on a path (``append``/``read``: what the interop tests pair across engines)
-and the project's own lake API for that engine (``lake_write``/``lake_read``: ``lakehouse.Lake`` for delta-rs,
-``lakehouse.spark_io.write_batch``/``read_table`` for Delta's Spark connector), which the lakehouse contract tests
-run once per engine.
-"""
+"""Both Delta engines behind one small interface (raw Delta on a path: what the interop tests pair across
+engines), and sample rows of every table."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,8 +16,6 @@ from lakehouse.arrow_schema import arrow_schema
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakehouse import Lake
-    from lakehouse.lake import WriteMode
 
 ENGINES = ("delta-rs", "connector")
 
@@ -36,13 +29,6 @@ class DeltaEngine(Protocol):
 
     def read(self, path: str, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
         """The table now, at a version or at a time."""
-
-    def lake_write(self, lake: Lake, table: str, data: pa.Table, writer_id: str, batch_seq: int,
-                   mode: WriteMode = "append", metadata: Mapping[str, str] | None = None) -> bool:
-        """Write through the project's lake API of this engine, once per (writer_id, batch_seq); False: skipped."""
-
-    def lake_read(self, lake: Lake, table: str, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
-        """Read through the project's lake API of this engine (now, at a version or at a time), as Arrow."""
 
 
 class DeltaRs:
@@ -66,15 +52,6 @@ class DeltaRs:
             dt.load_as_version(as_of)
         return dt.to_pyarrow_table()
 
-    def lake_write(self, lake: Lake, table: str, data: pa.Table, writer_id: str, batch_seq: int,
-                   mode: WriteMode = "append", metadata: Mapping[str, str] | None = None) -> bool:
-        write = lake.append if mode == "append" else lake.overwrite
-        # rows as dicts, as the collectors hand them over (Arrow input has its own tests in test_lake.py)
-        return write(table, data.to_pylist(), writer_id=writer_id, batch_seq=batch_seq, metadata=metadata)
-
-    def lake_read(self, lake: Lake, table: str, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
-        return lake.read_arrow(table, version=version, as_of=as_of)
-
 
 class Connector:
     name = "connector"
@@ -96,19 +73,6 @@ class Connector:
         if as_of is not None:
             reader = reader.option("timestampAsOf", as_of.strftime("%Y-%m-%d %H:%M:%S.%f"))
         return reader.load(path).toArrow()
-
-    def lake_write(self, lake: Lake, table: str, data: pa.Table, writer_id: str, batch_seq: int,
-                   mode: WriteMode = "append", metadata: Mapping[str, str] | None = None) -> bool:
-        from lakehouse.spark_io import write_batch
-
-        # a Spark DataFrame: write_batch hands Arrow tables to delta-rs, DataFrames to Delta's connector
-        return write_batch(self.spark.createDataFrame(data), lake, table, writer_id, batch_seq, mode=mode,
-                           metadata=metadata)
-
-    def lake_read(self, lake: Lake, table: str, version: int | None = None, as_of: datetime | None = None) -> pa.Table:
-        from lakehouse.spark_io import read_table
-
-        return read_table(self.spark, lake, table, version=version, as_of=as_of).toArrow()
 
 
 def sample_rows(table: str, n: int, start: int = 0, tag: str = "r") -> pa.Table:

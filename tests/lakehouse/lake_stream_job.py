@@ -13,7 +13,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from conf.settings import load_settings
 from lakehouse import Lake
-from lakehouse.spark_io import stream_table, write_batch
+from lakehouse.spark_io import stream_table
 from services.spark_session import build_spark
 
 WRITER = "stream:test"
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     spark = build_spark(load_settings(overrides={"spark.master": "local[1]"}), app_name="lake-stream-job")
 
     def sink_batch(df: DataFrame, batch_id: int) -> None:
-        write_batch(df, sink, "znode_events", WRITER, batch_id)
+        sink.append("znode_events", df.toArrow(), writer_id=WRITER, batch_seq=batch_id)
 
     query: StreamingQuery = (
         stream_table(spark, src, "znode_events")

@@ -101,7 +101,7 @@ def test_every_table_keeps_statistics_on_its_filter_columns_only(writer_engine: 
     lake = Lake(tmp_path / "lake", cluster="test")
     for table, spec in ALL_TABLES.items():
         lake.ensure(table)
-        assert writer_engine.lake_write(lake, table, sample_rows(table, 3), "w", 0)
+        writer_engine.append(lake.table_path(table), sample_rows(table, 3))
         adds = [a for a in _actions(lake.table_path(table)) if "add" in a]
         assert adds, table
         for add in adds:
