@@ -12,6 +12,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from lakehouse.arrow_schema import arrow_schema
+from models.tables import ALL_TABLES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,6 +74,19 @@ class Connector:
         if as_of is not None:
             reader = reader.option("timestampAsOf", as_of.strftime("%Y-%m-%d %H:%M:%S.%f"))
         return reader.load(path).toArrow()
+
+
+def tables_covering_every_column_type() -> tuple[str, ...]:
+    """The fewest tables (picked greedily, largest gain first) whose columns together hold every (Arrow type,
+    nullability) of every table: what a schema test across the two engines needs, each Spark job costing
+    seconds."""
+    kinds = {name: {(str(f.type), f.nullable) for f in arrow_schema(name)} for name in sorted(ALL_TABLES)}
+    left, picked = set().union(*kinds.values()), []
+    while left:
+        best = max(kinds, key=lambda name: len(kinds[name] & left))
+        picked.append(best)
+        left -= kinds[best]
+    return tuple(picked)
 
 
 def sample_rows(table: str, n: int, start: int = 0, tag: str = "r") -> pa.Table:
