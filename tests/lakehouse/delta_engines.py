@@ -23,7 +23,6 @@ ENGINES = ("delta-rs", "connector")
 
 class DeltaEngine(Protocol):
     name: str
-    engine_info: str  # how its commits' ``engineInfo`` starts
 
     def append(self, path: str, data: pa.Table, app_id: str | None = None, txn_version: int | None = None) -> None:
         """Append ``data`` (the table is created on the first append), once per (app_id, txn_version)."""
@@ -34,7 +33,6 @@ class DeltaEngine(Protocol):
 
 class DeltaRs:
     name = "delta-rs"
-    engine_info = "delta-rs:"
 
     def append(self, path: str, data: pa.Table, app_id: str | None = None, txn_version: int | None = None) -> None:
         txns = None
@@ -56,7 +54,6 @@ class DeltaRs:
 
 class Connector:
     name = "connector"
-    engine_info = "Apache-Spark/"
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
