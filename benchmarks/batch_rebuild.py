@@ -1,6 +1,6 @@
 """Rebuild throughput: `simulate --offline` history -> `zkledger rebuild` (the one engine), vs a Python replay.
 
-    python -m benchmarks.batch_rebuild [--events 10000000] [--partitions 200000] [--repeat 3]
+    python -m benchmarks.batch_rebuild [--events 10000000] [--partitions 200000] [--repeat 3] [--batch-mb MB]
 
 Phases (each timed separately): generate the bronze history with the same code `zkledger simulate --offline`
 runs; Spark session start (the shipped settings, `local[*]`) and one unmeasured rebuild of a 10,000-event
@@ -93,9 +93,11 @@ def json_floor(payloads: bytes) -> int:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from conf.settings import load_settings
-    from engine.rebuild import rebuild
+    from engine.rebuild import batch_bytes, rebuild
 
-    buckets = load_settings().pipeline.buckets  # what `zkledger rebuild` runs with
+    shipped = load_settings().pipeline  # what `zkledger rebuild` runs with
+    buckets = shipped.buckets
+    batch_mb = shipped.rebuild_batch_mb if args.batch_mb is None else args.batch_mb
     t = Timer()
     with scratch(args) as work:
         with t.phase("generate"):
@@ -114,7 +116,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with t.phase(f"python_replay.{i}"):
                 replay = python_replay(lake)
             with engine_batch_log(query_rows) as lines, t.phase(f"pipeline.{i}"):
-                counts = rebuild(spark, lake, str(work / "checkpoint"), buckets=buckets)
+                counts = rebuild(spark, lake, str(work / "checkpoint"), buckets=buckets,
+                                 max_bytes_per_trigger=batch_bytes(batch_mb))
             batches.append(lines)
             rounds.append({k: t.wall[f"{k}.{i}"] for k in ("python_replay", "pipeline")})
             log.info("round %d/%d: replay %.1f s, rebuild %.1f s", i + 1, args.repeat, rounds[-1]["python_replay"],
@@ -136,7 +139,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": NAME, "machine": machine(),
         "params": {"events": args.events, "partitions": args.partitions, "shuffle_partitions": args.shuffle_partitions,
-                   "buckets": buckets, "repeat": args.repeat, "spark_master": f"local[{cores}]"},
+                   "buckets": buckets, "batch_mb": batch_mb, "repeat": args.repeat,
+                   "spark_master": f"local[{cores}]"},
         "bronze_events": n,
         "wall_s": t.wall, "main_process_cpu_s": t.cpu, "rounds_wall_s": rounds, "rounds_pipeline_vs_replay": per_round,
         "generate_events_per_s": round(n / t.wall["generate"]),
@@ -151,7 +155,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"spark session start {t.wall['spark_start']:.1f} s and warm-up {t.wall['warm_up']:.1f} s "
             f"(not counted in the rebuild)",
             f"rebuild (engine.rebuild.rebuild: the Spark query from a fresh checkpoint, local[{cores}], {buckets} "
-            f"buckets): {t.wall['pipeline']:.1f} s = {rate:,.0f} events/s"
+            f"buckets, {f'micro-batches of {batch_mb} MB of bronze' if batch_mb else 'one micro-batch'}): "
+            f"{t.wall['pipeline']:.1f} s = {rate:,.0f} events/s"
             f"{f' (median of {args.repeat} rounds)' if args.repeat > 1 else ''}",
             *(f"  round {i + 1}: {line}" for i, lines in enumerate(batches) for line in lines),
             f"python replay baseline (one thread, same events): {t.wall['python_replay']:.1f} s = "
@@ -173,6 +178,9 @@ def parser() -> argparse.ArgumentParser:
     p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
     add_history_args(p)
     p.add_argument("--shuffle-partitions", type=int, default=None, help="override spark.sql.shuffle.partitions")
+    p.add_argument("--batch-mb", type=int, default=None,
+                   help="the rebuild's micro-batch cap in MB of bronze Parquet (default: the shipped "
+                        "pipeline.rebuild_batch_mb; 0: all history in one micro-batch)")
     p.add_argument("--repeat", type=int, default=3,
                    help="alternating rounds of replay and rebuild on the same history; medians count (default 3)")
     return p

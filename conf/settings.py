@@ -78,6 +78,7 @@ class StreamingSettings:
 class PipelineSettings:
     buckets: int
     offline_blip_ms: int
+    rebuild_batch_mb: int
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "streaming.max_files_per_trigger": (lambda v: v > 0, "a positive integer"),
     "pipeline.buckets": (lambda v: v > 0, "a positive integer"),
     "pipeline.offline_blip_ms": (lambda v: v >= 0, "a non-negative number of milliseconds"),
+    "pipeline.rebuild_batch_mb": (lambda v: v >= 0, "a non-negative number of megabytes (0 = no cap)"),
     "collect.batch_size": (lambda v: v > 0, "a positive integer"),
     "collect.flush_seconds": (lambda v: v > 0, "a positive number"),
     "collect.poll_seconds": (lambda v: v > 0, "a positive number"),

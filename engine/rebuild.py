@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from lakehouse import Lake
 
 
+def batch_bytes(megabytes: int) -> str | None:
+    """Settings ``pipeline.rebuild_batch_mb`` as Delta's ``maxBytesPerTrigger`` (None: no cap)."""
+    return f"{megabytes}m" if megabytes > 0 else None
+
+
 def rebuild(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, buckets: int = DEFAULT_BUCKETS,
             kafka_version: str = DEFAULT_KAFKA_VERSION, max_files_per_trigger: int = ALL_FILES,
             max_bytes_per_trigger: str | None = None, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> dict[str, int]:

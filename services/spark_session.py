@@ -199,9 +199,9 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         # loopback only: no hostname lookups, no "resolves to a loopback address" warning
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-        # local mode runs every task in the driver JVM, and jobs collect each increment's tables to the
-        # driver as Arrow: Spark's 1g default heap dies on a rebuild of a few million events
-        conf["spark.driver.memory"] = "6g"
+        # local mode runs every task in the driver JVM: Spark's 1g default is short for a micro-batch of a
+        # million events; a larger heap only grows the process (a rebuild's batches are capped)
+        conf["spark.driver.memory"] = "2g"
         conf["spark.driver.maxResultSize"] = "4g"
     conf.update(settings.spark.extra)
     return conf

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from engine.local_run import run_local
-from engine.rebuild import rebuild
+from engine.rebuild import batch_bytes, rebuild
+from engine.stateful import checkpoint_writer, stateful_checkpoint
 from tests.history import clean_history
 
 
@@ -71,15 +72,24 @@ def test_clean_history_rebuilds_states_and_no_anomalies(lake: Any) -> None:
     assert counts["decode_quarantine"] == 0
 
 
-def test_rebuild_twice_is_identical(spark: Any, lake: Any) -> None:
+def test_rebuild_twice_is_identical_in_one_micro_batch_or_several(spark: Any, lake: Any) -> None:
     h = clean_history()
     h.state("t", 0, 2, 1, 1, [2])  # unclean: 2 was not... (it was in the ISR: clean)
-    lake.append("znode_events", h.rows, writer_id="t", batch_seq=1)
+    half = len(h.rows) // 2
+    lake.append("znode_events", h.rows[:half], writer_id="t", batch_seq=1)
+    lake.append("znode_events", h.rows[half:], writer_id="t", batch_seq=2)
     rebuild(spark, lake)
+    writer = checkpoint_writer(stateful_checkpoint(None, lake.root))
+    assert lake.last_batch_seq("partition_state", writer) == 0
     first = {t: sorted(map(str, _rows(lake, t))) for t in ("metadata_events", "partition_transitions", "anomalies")}
-    rebuild(spark, lake)
+    rebuild(spark, lake, max_bytes_per_trigger="1b")  # a cap below one file: a file per batch
+    assert lake.last_batch_seq("partition_state", checkpoint_writer(stateful_checkpoint(None, lake.root))) == 1
     second = {t: sorted(map(str, _rows(lake, t))) for t in ("metadata_events", "partition_transitions", "anomalies")}
     assert first == second and first["metadata_events"]
+
+
+def test_the_rebuild_batch_setting_is_delta_s_byte_cap() -> None:
+    assert (batch_bytes(32), batch_bytes(0)) == ("32m", None)
 
 
 def test_malformed_payload_is_quarantined(lake: Any) -> None:

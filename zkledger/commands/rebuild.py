@@ -25,12 +25,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> str:
-    from engine.rebuild import rebuild
+    from engine.rebuild import batch_bytes, rebuild
     from engine.stateful import stateful_checkpoint
 
     counts = rebuild(ctx.spark("zkledger-rebuild"), ctx.lake,
                      stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
                      buckets=ctx.settings.pipeline.buckets,
+                     max_bytes_per_trigger=batch_bytes(ctx.settings.pipeline.rebuild_batch_mb),
                      offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms))
     return (f"rebuilt {counts[METADATA_EVENTS.name]} metadata events, {counts[PARTITION_TRANSITIONS.name]} partition and "
             f"{counts[REPLICA_TRANSITIONS.name]} replica transitions, {counts[ANOMALIES.name]} anomalies "
