@@ -123,18 +123,32 @@ def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
                                       schema=_PACKED_IN_ARROW)
 
 
+ROUTE_CHUNK_ROWS = 250_000
+"""Bronze rows a task routes at a time: a task's memory follows this, not the size of its files (routing is
+row-local, so a chunk routes as a task of its own would; copies of one change in two chunks meet in their key)."""
+
+
 class _Route:
     """``mapInArrow`` on a bronze table: the task's rows routed by ``route`` (``keyed_pipeline.route_znode_rows``
-    or ``route_decision_rows``), packed per key and part."""
+    or ``route_decision_rows``) in chunks of ``ROUTE_CHUNK_ROWS``, packed per key and part."""
 
     def __init__(self, route: Callable[[pa.Table, int], list[tuple[StreamPart, pa.Table]]], buckets: int) -> None:
         self.route, self.buckets = route, buckets
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        got = list(batches)
-        if not got:
-            return
-        for part, rows in self.route(pa.Table.from_batches(got), self.buckets):
+        chunk: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            chunk.append(batch)
+            rows += batch.num_rows
+            if rows >= ROUTE_CHUNK_ROWS:
+                yield from self._routed(chunk)
+                chunk, rows = [], 0
+        if chunk:
+            yield from self._routed(chunk)
+
+    def _routed(self, chunk: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for part, rows in self.route(pa.Table.from_batches(chunk), self.buckets):
             packed = _packed(rows, part)
             if packed is not None:
                 yield packed
@@ -181,7 +195,7 @@ class PipelineProcessor(StatefulProcessor):
         parts = {part: pa.concat_tables(tables) for part, tables in blobs.items()}
         cluster, bucket = str(key[0]), int(key[1])
         if bucket == KRAFT_STAGE:  # a KRaft cluster: its image, one bucket's state and its stage's, all here
-            image = self.kraft_image.get() if self.kraft_image.exists() else None
+            image = self.kraft_image.get()
             out, kraft = step_key(cluster, bucket, parts, KraftState(
                 KraftState.image_of(image[0] if image else None), self._bucket_state(), self._cluster_state()),
                 self.kafka_version, self.offline_blip)
@@ -191,9 +205,8 @@ class PipelineProcessor(StatefulProcessor):
             for name, value in self.bucket_parts.items():
                 value.update((ipc_bytes(getattr(kraft.bucket, name)),))
         elif bucket == CLUSTER_STAGE:
-            stored = self.cluster_state.get() if self.cluster_state.exists() else None
-            stage = ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
-            out, after = step_key(cluster, bucket, parts, stage, self.kafka_version, self.offline_blip)
+            out, after = step_key(cluster, bucket, parts, self._cluster_state(), self.kafka_version,
+                                  self.offline_blip)
             assert isinstance(after, ClusterState)
             self.cluster_state.update(after.to_bytes())
         else:
@@ -208,15 +221,16 @@ class PipelineProcessor(StatefulProcessor):
                                 TABLE_COLUMN: [name for name, _ in tables],
                                 PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
 
+    # ``get`` answers None for a key without a value: one call to the state store, not two with ``exists``
     def _cluster_state(self) -> ClusterState:
-        stored = self.cluster_state.get() if self.cluster_state.exists() else None
+        stored = self.cluster_state.get()
         return ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
 
     def _bucket_state(self) -> BucketState:
         empty = BucketState.empty(META_SEQ)
         parts = {}
         for name, value in self.bucket_parts.items():
-            stored = value.get() if value.exists() else None
+            stored = value.get()
             parts[name] = ipc_table(stored[0]) if stored else getattr(empty, name)
         return BucketState(**parts)
 
