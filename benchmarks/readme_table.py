@@ -41,13 +41,26 @@ def sizes(values: Sequence[int]) -> str:
 
 def _batch_rebuild(r: Result) -> list[Row]:
     p = r["params"]
+    batches = f"micro-batches of {p['batch_mb']} MB of bronze" if p.get("batch_mb") else "one micro-batch"
     return [(f"rebuild, {r['bronze_events']:,} events over {p['partitions']:,} partitions (`{p['spark_master']}`, "
-             f"median of {p['repeat']} rounds)", "",
+             f"{batches}, median of {p['repeat']} rounds)", "",
              f"{fixed(r['wall_s']['pipeline'], 1)} s = {r['pipeline_events_per_s']:,} events/s",
              f"single-threaded Python replay of the same events: {r['python_replay_events_per_s']:,} events/s; the "
              "I/O floor (the same streaming reads and the same sink's writes, nothing computed): "
              f"{r['io_floor_events_per_s']:,} events/s",
              f"{r['pipeline_vs_replay']}x the replay; {r['pipeline_vs_io_floor']}x the floor")]
+
+
+def _driver_memory(r: Result) -> list[Row]:
+    runs = r["runs"]
+    base = runs[0]
+    return [(f"peak memory of `zkledger rebuild` by history length ({sizes([x['events'] for x in runs])} events over "
+             f"{r['params']['partitions']:,} partitions): the highest total resident set of its whole process tree "
+             "(Python driver, JVM, Python workers)", "",
+             " / ".join(f"{x['tree_peak_mib']:,} MiB" for x in runs) + " ("
+             + ", ".join(f"{x['micro_batches']} micro-batches" for x in runs) + ")",
+             f"the {base['events']:,}-event rebuild, same run: {base['tree_peak_mib']:,} MiB",
+             " / ".join(f"{x['vs_baseline']}x" for x in runs) + f" (target at most {1 + r['flat_within']}x)")]
 
 
 def _stateful_query(r: Result) -> list[Row]:
@@ -141,6 +154,7 @@ def _kraft_follow(r: Result) -> list[Row]:
 # results file -> its rows, in the table's order
 ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "batch_rebuild": _batch_rebuild,
+    "driver_memory": _driver_memory,
     "stateful_query": _stateful_query,
     "fleet": _fleet,
     "microbatch_cost": _microbatch_cost,

@@ -189,13 +189,17 @@ def zk_times(meta: pa.Table, buckets: int) -> pa.Table:
 
 RECENT_IDS = pa.schema([pa.field("zxid", pa.int64()), pa.field("event_id", pa.string())])
 RECENT_IDS_PER_KEY = 100_000
-"""How many of its newest metadata event ids a key remembers: both collectors deliver one change within
+"""How many of its newest watch and resync event ids a key remembers: both collectors deliver one change within
 seconds, so its second copy is found here however the micro-batches cut them."""
 
 
 def first_seen(events: pa.Table, recent: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(``events`` less the copies of one change: a second row of an id in the batch, or an id ``recent`` holds;
-    ``recent`` with the kept ids, its newest RECENT_IDS_PER_KEY by zxid)."""
+    ``recent`` with the kept ids of reads (watch, resync), its newest RECENT_IDS_PER_KEY by zxid).
+
+    The transaction log's events are not remembered: the log delivers each zxid once (one collector per data dir,
+    idempotent commits), and a read of a zxid inside the log's range is dropped before this (``not_superseded``);
+    a read that came first is remembered, so the log's later copy is dropped here."""
     if events.num_rows == 0:
         return events, recent
     ids = events["event_id"].to_numpy(zero_copy_only=False)
@@ -205,7 +209,9 @@ def first_seen(events: pa.Table, recent: pa.Table) -> tuple[pa.Table, pa.Table]:
     if recent.num_rows:
         keep &= ~pc.is_in(events["event_id"], recent["event_id"]).to_numpy(zero_copy_only=False)
     kept = events if keep.all() else events.filter(pa.array(keep))
-    seen = pa.concat_tables([recent, kept.select(RECENT_IDS.names).cast(RECENT_IDS)])
+    # a log's event needs no memory: the log delivers a zxid once, and a read of it comes inside its range
+    remembered = kept.filter(pc.invert(kept[TXNLOG_COLUMN]))
+    seen = pa.concat_tables([recent, remembered.select(RECENT_IDS.names).cast(RECENT_IDS)])
     if seen.num_rows > RECENT_IDS_PER_KEY:
         seen = seen.take(pc.sort_indices(seen, sort_keys=[("zxid", "descending")])[:RECENT_IDS_PER_KEY])
     return kept, seen

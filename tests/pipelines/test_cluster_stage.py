@@ -10,7 +10,7 @@ import pytest
 from models.anomalies import AnomalyKind
 from models.events import Source
 from pipelines import bucket_fold
-from pipelines.bucket_fold import RECENT_IDS, TXNLOG_RANGE, first_seen, range_bounds
+from pipelines.bucket_fold import RECENT_IDS, TXNLOG_COLUMN, TXNLOG_RANGE, first_seen, range_bounds
 from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
 from pipelines.detectors import GAP_COLUMNS
 
@@ -40,18 +40,22 @@ def test_a_watch_gap_inside_the_txnlog_range_of_an_earlier_batch_is_not_an_anoma
     assert outside["anomalies"]["kind"].to_pylist() == [str(AnomalyKind.COLLECTION_GAP)]
 
 
+def _read(zxids: list[int], ids: list[str], from_log: bool = False) -> pa.Table:
+    return pa.table({"zxid": pa.array(zxids, pa.int64()), "event_id": ids, TXNLOG_COLUMN: [from_log] * len(ids)})
+
+
 def test_a_change_seen_twice_is_kept_once_across_batches() -> None:
-    batch = pa.table({"zxid": pa.array([5, 5, 6], pa.int64()), "event_id": ["a", "a", "b"]})
-    kept, recent = first_seen(batch, RECENT_IDS.empty_table())
+    kept, recent = first_seen(_read([5, 5, 6], ["a", "a", "b"]), RECENT_IDS.empty_table())
     assert kept["event_id"].to_pylist() == ["a", "b"]
-    later, _ = first_seen(pa.table({"zxid": pa.array([5, 7], pa.int64()), "event_id": ["a", "c"]}), recent)
-    assert later["event_id"].to_pylist() == ["c"]  # the other collector's copy, a batch later
+    later, _ = first_seen(_read([5, 7], ["a", "c"], from_log=True), recent)
+    assert later["event_id"].to_pylist() == ["c"]  # the log's copy of a change a watch read first, a batch later
 
 
-def test_the_remembered_ids_are_bounded_to_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_logs_events_are_not_remembered_and_reads_only_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, recent = first_seen(_read([1, 2], ["l1", "l2"], from_log=True), RECENT_IDS.empty_table())
+    assert recent.num_rows == 0  # the log delivers a zxid once; a read of it is dropped by its range
     monkeypatch.setattr(bucket_fold, "RECENT_IDS_PER_KEY", 3)
-    _, recent = first_seen(pa.table({"zxid": pa.array(range(10), pa.int64()), "event_id": [f"e{i}" for i in range(10)]}),
-                           RECENT_IDS.empty_table())
+    _, recent = first_seen(_read(list(range(10)), [f"e{i}" for i in range(10)]), RECENT_IDS.empty_table())
     assert sorted(recent["zxid"].to_pylist()) == [7, 8, 9]
 
 
