@@ -195,7 +195,7 @@ class PipelineProcessor(StatefulProcessor):
         parts = {part: pa.concat_tables(tables) for part, tables in blobs.items()}
         cluster, bucket = str(key[0]), int(key[1])
         if bucket == KRAFT_STAGE:  # a KRaft cluster: its image, one bucket's state and its stage's, all here
-            image = self.kraft_image.get()
+            image = self.kraft_image.get() if self.kraft_image.exists() else None
             out, kraft = step_key(cluster, bucket, parts, KraftState(
                 KraftState.image_of(image[0] if image else None), self._bucket_state(), self._cluster_state()),
                 self.kafka_version, self.offline_blip)
@@ -221,16 +221,16 @@ class PipelineProcessor(StatefulProcessor):
                                 TABLE_COLUMN: [name for name, _ in tables],
                                 PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
 
-    # ``get`` answers None for a key without a value: one call to the state store, not two with ``exists``
+    # ``exists`` first: Spark's state server logs a warning for each ``get`` of a value not set
     def _cluster_state(self) -> ClusterState:
-        stored = self.cluster_state.get()
+        stored = self.cluster_state.get() if self.cluster_state.exists() else None
         return ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
 
     def _bucket_state(self) -> BucketState:
         empty = BucketState.empty(META_SEQ)
         parts = {}
         for name, value in self.bucket_parts.items():
-            stored = value.get()
+            stored = value.get() if value.exists() else None
             parts[name] = ipc_table(stored[0]) if stored else getattr(empty, name)
         return BucketState(**parts)
 
