@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         summary += [f"  {r['events']:>12,} events: {r['tree_peak_mib']:,} MiB, {r['vs_baseline']}x the baseline "
                     f"(high-water marks: Python driver {r['python_peak_mib']:,}, JVM and workers "
                     f"{r['jvm_peak_mib']:,}); rebuild {r['wall_s']:.0f} s ({r['events'] / r['wall_s']:,.0f} events/s "
-                    f"incl. process and session start), {r['micro_batches']} micro-batches" for r in runs]
+                    f"incl. process and session start), {r['micro_batches']} micro-batch{'es' * (r['micro_batches'] != 1)}" for r in runs]
     summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")
     return {"benchmark": NAME, "machine": machine(), "params": {"events": sorted(args.events),
                                                               "partitions": args.partitions},

@@ -58,7 +58,7 @@ def _driver_memory(r: Result) -> list[Row]:
              f"{r['params']['partitions']:,} partitions): the highest total resident set of its whole process tree "
              "(Python driver, JVM, Python workers)", "",
              " / ".join(f"{x['tree_peak_mib']:,} MiB" for x in runs) + " ("
-             + ", ".join(f"{x['micro_batches']} micro-batches" for x in runs) + ")",
+             + ", ".join(f"{x['micro_batches']} micro-batch{'es' * (x['micro_batches'] != 1)}" for x in runs) + ")",
              f"the {base['events']:,}-event rebuild, same run: {base['tree_peak_mib']:,} MiB",
              " / ".join(f"{x['vs_baseline']}x" for x in runs) + f" (target at most {1 + r['flat_within']}x)")]
 
