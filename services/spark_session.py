@@ -107,7 +107,7 @@ def build_spark(settings: Settings, app_name: str | None = None) -> SparkSession
     for key, value in conf.items():
         builder = builder.config(key, value)
     log_file = spark_log_file(settings)
-    with _stderr_into(log_file if log_file and not _jvm_running() else None):
+    with _stderr_into(log_file if log_file and not _jvm_running() else None), _jvm_malloc_arenas():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark.log_level.upper())
     _require_delta(spark)
@@ -211,9 +211,26 @@ def _set_worker_environment() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # the JVM this process starts: glibc gives each of its many threads a malloc arena of its own, which holds
-    # freed native memory (Arrow's buffers to and from the Python workers); two keep a rebuild's JVM ~1 GB smaller
-    os.environ.setdefault("MALLOC_ARENA_MAX", "2")
+
+
+JVM_MALLOC_ARENAS = "2"
+"""``MALLOC_ARENA_MAX`` of the JVM a session starts: glibc gives each of its many threads a malloc arena of its
+own, which holds freed native memory (Arrow's buffers to and from the Python workers); two keep a rebuild's JVM
+about a gigabyte smaller."""
+
+
+@contextmanager
+def _jvm_malloc_arenas() -> Iterator[None]:
+    """``MALLOC_ARENA_MAX`` set (unless the user set it) for the JVM started inside, and for nothing this process
+    starts later (brokers, collectors)."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        yield
+        return
+    os.environ["MALLOC_ARENA_MAX"] = JVM_MALLOC_ARENAS
+    try:
+        yield
+    finally:
+        os.environ.pop("MALLOC_ARENA_MAX", None)
 
 
 @contextmanager

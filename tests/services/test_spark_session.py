@@ -62,3 +62,18 @@ def test_the_driver_jvm_unloads_generated_code_without_a_full_gc_pause(spark: ob
     jvm.java.lang.System.gc()
     assert young.getCollectionCount() > young_before  # the cycle's initial-mark pause
     assert full.getCollectionCount() == full_before
+
+
+def test_only_the_session_s_jvm_gets_fewer_malloc_arenas(spark: object) -> None:
+    """The JVM (and the Python workers it starts) runs with ``MALLOC_ARENA_MAX``; this process and what it starts
+    later (brokers, collectors) do not inherit it."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    from services.spark_session import JVM_MALLOC_ARENAS
+
+    assert isinstance(spark, SparkSession)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None and jvm.java.lang.System.getenv("MALLOC_ARENA_MAX") == JVM_MALLOC_ARENAS
+    assert "MALLOC_ARENA_MAX" not in os.environ
