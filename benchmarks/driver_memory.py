@@ -68,10 +68,9 @@ def _children(pid: int) -> list[int]:
     return kids + [g for k in kids for g in _children(k)]
 
 
-def _descendants_mib(pid: int, field: str = "VmHWM") -> float:
-    """The sum of ``field`` (MiB; VmHWM: each one's high-water mark, VmRSS: resident now) of a process's
-    descendants."""
-    return sum(_status_kb(c, field) for c in _children(pid)) / 1024
+def _sum_mib(pids: list[int], field: str = "VmHWM") -> float:
+    """The sum of ``field`` (MiB; VmHWM: each one's high-water mark, VmRSS: resident now) of ``pids``."""
+    return sum(_status_kb(p, field) for p in pids) / 1024
 
 
 def _watch_peaks(pid: int, worker_pid: int | None, peaks: dict[str, float], stop: threading.Event) -> None:
@@ -81,11 +80,12 @@ def _watch_peaks(pid: int, worker_pid: int | None, peaks: dict[str, float], stop
     sum of VmRSS of the process and its descendants, sampled; the sum of high-water marks reached at different
     moments is only an upper bound of it)."""
     while not stop.wait(0.25):
-        peaks["python_mib"] = max(peaks["python_mib"], _status_kb(pid, "VmHWM") / 1024)
-        peaks["jvm_mib"] = max(peaks["jvm_mib"], _descendants_mib(pid))
-        peaks["tree_mib"] = max(peaks["tree_mib"], _status_kb(pid, "VmRSS") / 1024 + _descendants_mib(pid, "VmRSS"))
+        kids = _children(pid)
+        peaks["python_mib"] = max(peaks["python_mib"], _sum_mib([pid]))
+        peaks["jvm_mib"] = max(peaks["jvm_mib"], _sum_mib(kids))
+        peaks["tree_mib"] = max(peaks["tree_mib"], _sum_mib([pid, *kids], "VmRSS"))
         if worker_pid is not None:
-            peaks["executors_mib"] = max(peaks["executors_mib"], _descendants_mib(worker_pid))
+            peaks["executors_mib"] = max(peaks["executors_mib"], _sum_mib(_children(worker_pid)))
 
 
 def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:

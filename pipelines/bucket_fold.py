@@ -209,7 +209,6 @@ def first_seen(events: pa.Table, recent: pa.Table) -> tuple[pa.Table, pa.Table]:
     if recent.num_rows:
         keep &= ~pc.is_in(events["event_id"], recent["event_id"]).to_numpy(zero_copy_only=False)
     kept = events if keep.all() else events.filter(pa.array(keep))
-    # a log's event needs no memory: the log delivers a zxid once, and a read of it comes inside its range
     remembered = kept.filter(pc.invert(kept[TXNLOG_COLUMN]))
     seen = pa.concat_tables([recent, remembered.select(RECENT_IDS.names).cast(RECENT_IDS)])
     if seen.num_rows > RECENT_IDS_PER_KEY:
