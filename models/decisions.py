@@ -83,6 +83,36 @@ FAILURE_KINDS: Final = frozenset(
 )
 """Kinds that record a controller decision that did not take effect (``success`` is false)."""
 
+CONTROLLER_VOICE_KINDS: Final = frozenset(
+    {
+        DecisionKind.PARTITION_TRANSITION,
+        DecisionKind.REPLICA_TRANSITION,
+        DecisionKind.PARTITION_TRANSITION_FAILED,
+        DecisionKind.REPLICA_TRANSITION_FAILED,
+        DecisionKind.INVALID_TRANSITION,
+        DecisionKind.ZOMBIE_ABORT,
+        DecisionKind.LEADER_ELECTED,
+        DecisionKind.LEADER_ELECTION_STARTED,
+        DecisionKind.LEADER_ELECTION_FAILED,
+        DecisionKind.UNCLEAN_LEADER_CHOSEN,
+        DecisionKind.ISR_REMOVAL,
+        DecisionKind.LEADER_EPOCH_BUMPED,
+        DecisionKind.CONTROLLER_ELECTED,
+        DecisionKind.EPOCH_INCREMENTED,
+        DecisionKind.CONTROLLER_READY,
+        DecisionKind.CONTROLLER_RESIGNED,
+        DecisionKind.CONTROLLER_MOVED,
+        DecisionKind.FAILOVER_STEP,
+        DecisionKind.BROKER_CHANGE,
+        DecisionKind.BROKER_FAILURE,
+        DecisionKind.BROKER_STARTUP,
+        DecisionKind.REQUEST_SENT,
+    }
+)
+"""Kinds only the controller logs, in its own voice: such a line shows its (id, epoch) acting at the line's time.
+A broker's line naming a controller's request (a receipt, a metadata cache update) shows when the request
+arrived, which can be after the sender's term ended: it says nothing about who acts then."""
+
 
 class LogTemplate(StrEnum):
     """The message template one log record was written from (docs/log-templates.md is the census).

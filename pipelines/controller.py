@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from lakehouse.spark_schema import spark_arrow_schema
 from models.anomalies import SEVERITY, AnomalyKind
-from models.decisions import DecisionKind
+from models.decisions import CONTROLLER_VOICE_KINDS, DecisionKind
 from models.events import MetadataEventType, Source, TenureSource
 from models.ids import event_id
 from models.tables import CONTROLLER_TENURE
@@ -308,9 +308,12 @@ def covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | None
 
 
 def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:
-    """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted."""
-    acting = decisions.filter(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
-                                              pc.is_valid(decisions["controller_epoch"])), pc.is_valid(decisions["ts"])))
+    """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted, from the lines
+    in the controller's own voice (``CONTROLLER_VOICE_KINDS``)."""
+    voiced = pc.is_in(decisions["kind"], pa.array(sorted(CONTROLLER_VOICE_KINDS), pa.string()))
+    acting = decisions.filter(pc.and_(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
+                                                      pc.is_valid(decisions["controller_epoch"])),
+                                              pc.is_valid(decisions["ts"])), voiced))
     schema = spark_arrow_schema(CONTROLLER_TENURE)
     n = acting.num_rows
     new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
+from collectors.log_parser import parse_lines
 from lakehouse.spark_schema import spark_arrow_schema
 from models.anomalies import AnomalyKind, SplitBrainReason
 from models.events import MetadataEvent, MetadataEventType, TenureSource, ZnodeChange, ZnodeOp
 from models.ids import event_id
 from models.znode_codec import decode
-from pipelines.controller import replay
+from pipelines.controller import merge_log_terms, replay
 from pipelines.detectors import detect_split_brain
 from simulator.payloads import encode_controller, encode_controller_epoch
 from tests.history import T0
@@ -114,3 +115,39 @@ def test_each_split_brain_keeps_its_id_as_the_terms_grow() -> None:
     first = detect_split_brain(_log_terms((1, 7, 1, 5), (2, 7, 50, 60)))
     later = detect_split_brain(_log_terms((1, 7, 1, 90), (2, 7, 50, 200)))
     assert first["anomaly_id"].to_pylist() == later["anomaly_id"].to_pylist()
+
+
+# the end of a controlled shutdown of controller 3 (epoch 3) on Kafka 3.9: broker 1 is elected (epoch 4) while
+# broker 2 still applies the UpdateMetadata request controller 3 sent before it resigned
+_HANDOVER = """\
+[2026-11-26 19:59:27,910] INFO [Controller id=3 epoch=3] Sending UpdateMetadata request to brokers HashSet(1, 2) for 3 partitions (state.change.logger)
+[2026-11-26 19:59:27,990] INFO [Controller id=3] Resigned (kafka.controller.KafkaController)
+[2026-11-26 19:59:28,059] INFO [Controller id=1] 1 successfully elected as the controller. Epoch incremented to 4 and epoch zk version is now 4 (kafka.controller.KafkaController)
+[2026-11-26 19:59:28,120] INFO [Controller id=1 epoch=4] Sending UpdateMetadata request to brokers HashSet(1, 2) for 0 partitions (state.change.logger)
+[2026-11-26 19:59:28,272] INFO [Broker id=2] Add 3 partitions and deleted 0 partitions from metadata cache in response to UpdateMetadata request sent by controller 3 epoch 3 with correlation id 41 (state.change.logger)
+[2026-11-26 19:59:28,300] INFO [Controller id=1 epoch=4] Sending UpdateMetadata request to brokers HashSet(1, 2) for 3 partitions (state.change.logger)
+"""
+
+
+def _parsed_terms(text: str) -> pa.Table:
+    records, rejected, _ = parse_lines(text.splitlines())
+    assert not rejected
+    schema = spark_arrow_schema("controller_decisions")
+    rows = [{c: str(getattr(r, c)) if c == "kind" else getattr(r, c, None) for c in schema.names} for r in records]
+    return merge_log_terms(_log_terms(), pa.Table.from_pylist(rows, schema=schema), "test")
+
+
+def test_a_broker_applying_an_old_controller_s_request_late_is_not_that_controller_acting() -> None:
+    terms = _parsed_terms(_HANDOVER)
+    spans = {(t["controller_id"], t["controller_epoch"]): (t["start_time"].strftime("%S.%f")[:6],
+                                                            t["end_time"].strftime("%S.%f")[:6])
+             for t in terms.to_pylist()}
+    assert spans == {(3, 3): ("27.910", "27.910"), (1, 4): ("28.059", "28.300")}
+    assert detect_split_brain(terms).num_rows == 0
+
+
+def test_the_old_controller_logging_its_own_decision_after_the_handover_is_split_brain() -> None:
+    zombie = _HANDOVER + ("[2026-11-26 19:59:28,280] INFO [Controller id=3 epoch=3] Sending UpdateMetadata request to "
+                          "brokers HashSet(1, 2) for 1 partitions (state.change.logger)\n")
+    assert _split(_parsed_terms(zombie)) == [
+        (SplitBrainReason.OVERLAPPING_TERMS, 3, 1, datetime(2026, 11, 26, 19, 59, 28, 59000, tzinfo=UTC))]
