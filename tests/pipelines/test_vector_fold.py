@@ -139,7 +139,8 @@ def test_event_ids_match_the_model() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(2, 5).flatmap(lambda k: st.tuples(
+# up to 4 states: random maps on 5 can generate all 3,125 of them (11 s to close; the real machines close in tens)
+@given(st.integers(2, 4).flatmap(lambda k: st.tuples(
     st.lists(st.lists(st.integers(0, k - 1), min_size=k, max_size=k), min_size=1, max_size=4),
     st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=40))))
 def test_segmented_compose_equals_applying_each_map_in_turn(case: tuple[list[list[int]], list[tuple[int, bool]]]) -> None:
