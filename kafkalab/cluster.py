@@ -73,6 +73,18 @@ def kafka_line(name: str) -> KafkaLine:
     return LINES[name]
 
 
+def failure_reason(home: Path, log_dir: Path) -> str:
+    """Why a Kafka node that died on its own died, from its stdout and server.log: the root cause of a fatal
+    error when it has one (Kafka logs harmless ERROR lines at start-up too), else the first error line."""
+    lines: list[str] = []
+    for path in (home / "stdout.log", log_dir / "server.log"):
+        with contextlib.suppress(OSError):
+            lines += path.read_text(errors="replace").splitlines()
+    causes = [ln for ln in lines if ln.startswith("Caused by:")]
+    errors = [ln for ln in lines if "ERROR" in ln or "Exception" in ln or "Error:" in ln]
+    return (causes[-1] if causes else errors[0] if errors else f"see {home}/stdout.log").strip()[:400]
+
+
 # Loggers, appenders and levels as in Kafka's shipped config/log4j.properties: controller.log takes
 # kafka.controller at TRACE, state-change.log takes state.change.logger at INFO, the rest goes to server.log.
 BROKER_LOG4J = """\
@@ -331,14 +343,7 @@ class KafkaCluster:
 
     def failure_reason(self, broker_id: int) -> str:
         broker = self.brokers[broker_id]
-        lines: list[str] = []
-        for name in ("stdout.log",):
-            with contextlib.suppress(OSError):
-                lines += (broker.home / name).read_text(errors="replace").splitlines()
-        with contextlib.suppress(OSError):
-            lines += (broker.log_dir / "server.log").read_text(errors="replace").splitlines()
-        errors = [ln for ln in lines if "ERROR" in ln or "Exception" in ln or "Error:" in ln]
-        return (errors[0] if errors else f"see {broker.home}/stdout.log").strip()[:400]
+        return failure_reason(broker.home, broker.log_dir)
 
     # -- internals ----------------------------------------------------------------------------------------------
     def _server_properties(self, broker: Broker) -> str:

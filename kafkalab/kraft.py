@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kafkalab.cluster import die_with_parent, signal_group, wait_or_kill
+from kafkalab.cluster import die_with_parent, failure_reason, signal_group, wait_or_kill
 from services.errors import UserError
 from services.jvm import installed_jars
 from services.zookeeper import HOST, find_java, free_port
@@ -450,12 +450,7 @@ class KRaftCluster:
 
     def failure_reason(self, node_id: int) -> str:
         node = self.nodes[node_id]
-        lines: list[str] = []
-        for path in (node.home / "stdout.log", node.log_dir / "server.log"):
-            with contextlib.suppress(OSError):
-                lines += path.read_text(errors="replace").splitlines()
-        errors = [ln for ln in lines if "ERROR" in ln or "Exception" in ln or "Error:" in ln]
-        return (errors[0] if errors else f"see {node.home}/stdout.log").strip()[:400]
+        return failure_reason(node.home, node.log_dir)
 
     # -- internals ----------------------------------------------------------------------------------------------
     def _check_alive(self) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -80,7 +81,26 @@ def find_java() -> str:
     return found
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_PICK = random.SystemRandom()  # not the seeded global generator: parallel test workers would pick alike
+
+
 def free_port() -> int:
+    """A port nothing is bound to, from just below the kernel's ephemeral range: a port from that range (what
+    binding port 0 gives) can be handed to another process's outgoing connection before the server meant to
+    listen on it starts, and a Kafka node formats its storage for seconds first."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        port = _PICK.randrange(max(1024, low - 12_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
