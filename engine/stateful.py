@@ -22,7 +22,8 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    state is one value in Spark's state store (RocksDB), checkpointed by Spark with the stream's offsets.
    Out: one packed row per (key, output table);
 3. the sink (``engine.stateful_sink.StatefulSink``, ``foreachBatch``): one Spark job in which the executors
-   write each packed row as a data file of its table and the driver commits the files through delta-rs, each
+   write the packed rows as data files (a task's rows of each appended table in one, a key's state in its own)
+   and the driver commits the files through delta-rs, each
    commit under the app transaction ``(writer, batch id)``: the new anomalies first, the appended tables side
    by side, the state tables by replacing the changed keys' files, ``partition_state`` last.
 
@@ -68,7 +69,9 @@ from models.tables import (
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
+    TICK_STATE,
     BucketState,
+    bucket_tick,
     ipc_bytes,
     ipc_table,
 )
@@ -109,6 +112,9 @@ BUCKET_PARTS = tuple(f.name for f in fields(BucketState))
 CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
                                                                          "txnlog", "recent_ids")])
 _PACKED_IN_ARROW = to_arrow_schema(PACKED_IN)
+TICK_PARTS = frozenset({StreamPart.ZK_TIME, StreamPart.TXNLOG})
+"""What every batch with ZooKeeper events sends every bucket of the cluster (``bucket_fold.bucket_tick``)."""
+_EMPTY_BUCKET = BucketState.empty(META_SEQ)
 
 
 def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
@@ -210,6 +216,13 @@ class PipelineProcessor(StatefulProcessor):
             assert isinstance(after, ClusterState)
             self.cluster_state.update(after.to_bytes())
         else:
+            if parts.keys() <= TICK_PARTS:  # most buckets of most batches: read three small parts, not the state
+                changed = bucket_tick({n: self._bucket_part(n) for n in TICK_STATE}, parts.get(StreamPart.ZK_TIME),
+                                      parts.get(StreamPart.TXNLOG))
+                if changed is not None:
+                    for name, table in changed.items():
+                        self.bucket_parts[name].update((ipc_bytes(table),))
+                    return
             carried = self._bucket_state()
             out, after = step_key(cluster, bucket, parts, carried, self.kafka_version, self.offline_blip)
             for name, value in self.bucket_parts.items():
@@ -226,13 +239,13 @@ class PipelineProcessor(StatefulProcessor):
         stored = self.cluster_state.get() if self.cluster_state.exists() else None
         return ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
 
+    def _bucket_part(self, name: str) -> pa.Table:
+        value = self.bucket_parts[name]
+        stored = value.get() if value.exists() else None
+        return ipc_table(stored[0]) if stored else getattr(_EMPTY_BUCKET, name)
+
     def _bucket_state(self) -> BucketState:
-        empty = BucketState.empty(META_SEQ)
-        parts = {}
-        for name, value in self.bucket_parts.items():
-            stored = value.get() if value.exists() else None
-            parts[name] = ipc_table(stored[0]) if stored else getattr(empty, name)
-        return BucketState(**parts)
+        return BucketState(**{name: self._bucket_part(name) for name in self.bucket_parts})
 
     def close(self) -> None:
         pass

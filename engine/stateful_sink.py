@@ -1,9 +1,10 @@
 """The stateful query's sink: a micro-batch's outputs into the lake, written by the executors, committed once.
 
 Per micro-batch (``foreachBatch``), one Spark job: the operator's packed rows (one per key and output table) go
-through ``_WriteOutputs`` on the executors, which writes each as a Parquet file in its table's folder
-(``lakehouse.files``) and sends back only the file's add-action fields, and the anomalies' rows themselves
-(few, and two keys can find the same one). The driver then commits through delta-rs, each commit under the
+through ``_WriteOutputs`` on the executors, which write them as Parquet files in their tables' folders
+(``lakehouse.files``: a task's rows of each appended table in one file, a key's state as a file of its own) and
+send back only the files' add-action fields, and the anomalies' rows themselves (few, and two keys can find the
+same one). The driver then commits through delta-rs, each commit under the
 app transaction ``(writer, batch id)``:
 
 1. the new anomalies, alone and first: one row per id (the lowest-zxid finding), less the ids already
@@ -20,6 +21,7 @@ app transaction ``(writer, batch id)``:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -88,16 +90,44 @@ def derived_counts(lake: Lake) -> dict[str, int]:
     return {spec.name: lake.row_count(spec.name) if lake.exists(spec.name) else 0 for spec in DERIVED}
 
 
-def output_record(lake_root: str, table: str, cluster: str, bucket: int, packed: bytes) -> dict[str, Any]:
-    """One key's rows of one output table (Arrow IPC) as the sink needs them: anomalies as they are, any other
-    table written as a data file of that table, of which only the add action's fields come back."""
-    record: dict[str, Any] = {TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket}
-    if table == ANOMALIES.name:
-        return {**record, PACKED_COLUMN: packed}
-    lake = Lake(lake_root, cluster)
-    f = write_data_file(lake.table_path(table), table, lake.conform(table, ipc_table(packed)),
-                        (cluster, bucket) if table in _REPLACED_NAMES else None)
-    return {**record, "path": f.path, "size": f.size, "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms}
+APPEND_FILE_ROWS = 500_000
+"""Rows of one appended table a task gathers into one file: a task writes a file per appended table, not one per
+key (a fleet's micro-batch would leave hundreds of tiny files per table), and its memory stays bounded."""
+
+
+def output_files(lake_root: str, outputs: Iterable[tuple[str, str, int, bytes]]) -> list[dict[str, Any]]:
+    """The ``WRITTEN`` records of one task's outputs, each (table, cluster, bucket, rows as Arrow IPC): the
+    anomalies as they are (few, and two keys can find one); a state table's rows as a file named after their
+    key, which replaces that key's older file when committed; the appended tables' rows of every key gathered
+    into files of up to APPEND_FILE_ROWS rows. Of a file only the add action's fields come back."""
+    records: list[dict[str, Any]] = []
+    gathered: dict[str, list[pa.Table]] = {}
+    lakes: dict[str, Lake] = {}  # conform fills a missing cluster column from its lake's
+
+    def write(table: str, rows: pa.Table, cluster: str | None = None, bucket: int | None = None) -> None:
+        key = (cluster, bucket) if cluster is not None and bucket is not None else None
+        f = write_data_file(os.path.join(lake_root, table), table, rows, key)
+        records.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, "path": f.path,
+                        "size": f.size, "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms})
+
+    def flush(table: str) -> None:
+        write(table, pa.concat_tables(gathered.pop(table)))
+
+    for table, cluster, bucket, packed in outputs:
+        if table == ANOMALIES.name:
+            records.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, PACKED_COLUMN: packed})
+            continue
+        lake = lakes.get(cluster) or lakes.setdefault(cluster, Lake(lake_root, cluster))
+        rows = lake.conform(table, ipc_table(packed))
+        if table in _REPLACED_NAMES:
+            write(table, rows, cluster, bucket)
+            continue
+        gathered.setdefault(table, []).append(rows)
+        if sum(t.num_rows for t in gathered[table]) >= APPEND_FILE_ROWS:
+            flush(table)
+    for table in list(gathered):
+        flush(table)
+    return records
 
 
 def output_records(records: list[dict[str, Any]]) -> pa.Table:
@@ -105,15 +135,15 @@ def output_records(records: list[dict[str, Any]]) -> pa.Table:
 
 
 class _WriteOutputs:
-    """``mapInArrow`` on the operator's packed rows (one per key and table), on the executors: ``output_record``."""
+    """``mapInArrow`` on the operator's packed rows (one per key and table), on the executors: ``output_files``."""
 
     def __init__(self, lake_root: str) -> None:
         self.lake_root = lake_root
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out = [output_record(self.lake_root, *row) for batch in batches for row in zip(
+        out = output_files(self.lake_root, (row for batch in batches for row in zip(
             *(batch.column(c).to_pylist() for c in (TABLE_COLUMN, "cluster", BUCKET_COLUMN, PACKED_COLUMN)),
-            strict=True)]
+            strict=True)))
         if out:
             yield from output_records(out).to_batches()
 

@@ -324,15 +324,46 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
             # the bucket's whole state: the sink replaces the bucket's rows with it (no MERGE)
             out.update({PARTITION_STATE.name: state.partition_state.select(list(PARTITION_STATE.column_names)),
                         REPLICA_STATE.name: state.replica_state.select(list(REPLICA_STATE.column_names))})
-    seen = [t.as_py() for t in (*state.zk_time["zk_time"], *(zk_time["zk_time"] if zk_time is not None else ()))]
-    latest = max(seen, default=None)
+    latest = advanced_clock(state.zk_time, zk_time)
     logged = decisions if decisions is not None else D.PENDING_DECISIONS.empty_table()
     settled, pending = D.settle_decisions(state.pending_decisions, logged, latest)
     if settled.num_rows:
         found.append(D.detect_decision_zk_divergence(settled, state.zk_writes))
     if logged.num_rows:
         found.append(D.decision_anomalies(logged, kafka_version))
-    state = replace(state, pending_decisions=pending,
-                    zk_time=pa.table({"zk_time": pa.array([] if latest is None else [latest], pa.int64())}))
+    state = replace(state, pending_decisions=pending, zk_time=clock_table(latest))
     out[ANOMALIES.name] = D.concat(found)
     return out, state
+
+
+def advanced_clock(carried: pa.Table, received: pa.Table | None) -> int | None:
+    """A bucket's clock after a batch: the latest of its carried ZooKeeper time and the ``zk_times`` it received."""
+    seen = [t.as_py() for t in (*carried["zk_time"], *(received["zk_time"] if received is not None else ()))]
+    return max((t for t in seen if t is not None), default=None)
+
+
+def clock_table(latest: int | None) -> pa.Table:
+    """The ``zk_time`` part of a BucketState holding ``latest`` (none: empty)."""
+    return pa.table({"zk_time": pa.array([] if latest is None else [latest], pa.int64())})
+
+
+TICK_STATE = ("pending_decisions", "zk_time", "txnlog")
+"""The BucketState parts a batch that brings a bucket only ticks reads (``bucket_tick``)."""
+
+
+def bucket_tick(carried: dict[str, pa.Table], zk_time: pa.Table | None,
+                txnlog: pa.Table | None) -> dict[str, pa.Table] | None:
+    """A batch that brings a bucket only its cluster's clock (``zk_times``) and the transaction log's range, as
+    every batch does to every bucket: the parts of ``TICK_STATE`` it changes (from ``carried``, those parts), or
+    None when a decision is waiting and ``bucket_step`` must run. With nothing waiting, ``bucket_step`` would
+    only move these two parts and write no rows; here the bucket's keys, writes and ids are never loaded."""
+    if carried["pending_decisions"].num_rows:
+        return None
+    changed: dict[str, pa.Table] = {}
+    latest = advanced_clock(carried["zk_time"], zk_time)
+    if latest != advanced_clock(carried["zk_time"], None):
+        changed["zk_time"] = clock_table(latest)
+    txn = widened_range(carried["txnlog"], txnlog)
+    if not txn.equals(carried["txnlog"]):
+        changed["txnlog"] = txn
+    return changed

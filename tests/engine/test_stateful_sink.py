@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
+import pytest
 
 from engine.stateful_sink import APPENDED, REPLACED, one_per_id
 from lakehouse.spark_schema import spark_arrow_schema
@@ -52,3 +55,51 @@ def test_a_rebuild_gives_an_older_release_s_anomalies_table_today_s_columns(tmp_
     assert "episode_id" not in columns()
     reset_derived(lake, "rebuild")
     assert set(today.names) <= columns()
+
+
+
+def _packed(table: str, cluster: str, n: int, first: int = 0) -> bytes:
+    """``n`` rows of ``table`` (zxid ``first`` on) as a key's packed output: the required columns filled."""
+    from datetime import UTC, datetime
+
+    from lakehouse.arrow_schema import arrow_schema
+    from pipelines.bucket_fold import ipc_bytes
+
+    required = {f.name for f in arrow_schema(table) if not f.nullable}
+    schema = spark_arrow_schema(table)
+    filler = {pa.types.is_string: "x", pa.types.is_integer: 0, pa.types.is_boolean: False,
+              pa.types.is_timestamp: datetime(2026, 1, 1, tzinfo=UTC)}
+    cols = {f.name: pa.array([next(v for is_type, v in filler.items() if is_type(f.type))] * n, f.type)
+            if f.name in required else pa.nulls(n, f.type) for f in schema}
+    cols["cluster"] = pa.array([cluster] * n, pa.string())
+    cols["zxid"] = pa.array(range(first, first + n), pa.int64())
+    return ipc_bytes(pa.table(cols, schema=schema))
+
+
+def test_a_task_writes_one_file_per_appended_table_and_one_per_key_of_a_state_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq
+
+    from engine import stateful_sink
+    from models.tables import METADATA_EVENTS, PARTITION_STATE
+
+    for table in (METADATA_EVENTS, PARTITION_STATE):  # the sink creates its tables first
+        (tmp_path / table.name).mkdir()
+    keys = [(c, b) for c in ("a", "b") for b in range(4)]
+    outputs = [(METADATA_EVENTS.name, c, b, _packed(METADATA_EVENTS.name, c, 3, 10 * b)) for c, b in keys]
+    outputs += [(PARTITION_STATE.name, c, b, _packed(PARTITION_STATE.name, c, 2)) for c, b in keys]
+    outputs.append((ANOMALIES.name, "a", 1, b"packed"))
+    by_table: dict[str, list[dict[str, object]]] = {}
+    for r in stateful_sink.output_files(str(tmp_path), outputs):
+        by_table.setdefault(str(r["table"]), []).append(r)
+    assert [r["rows"] for r in by_table[METADATA_EVENTS.name]] == [24]  # eight keys' rows, one file
+    written = pq.read_table(f"{tmp_path}/{METADATA_EVENTS.name}/{by_table[METADATA_EVENTS.name][0]['path']}")
+    assert sorted(zip(written["cluster"].to_pylist(), written["zxid"].to_pylist(), strict=True)) == sorted(
+        (c, z) for c, b in keys for z in range(10 * b, 10 * b + 3))
+    # a file per key: committed, it replaces that key's last one
+    assert sorted((r["cluster"], r["bucket"]) for r in by_table[PARTITION_STATE.name]) == keys
+    assert by_table[ANOMALIES.name] == [{"table": ANOMALIES.name, "cluster": "a", "bucket": 1, "packed": b"packed"}]
+
+    monkeypatch.setattr(stateful_sink, "APPEND_FILE_ROWS", 7)
+    files = [r for r in stateful_sink.output_files(str(tmp_path), outputs) if r["table"] == METADATA_EVENTS.name]
+    assert [r["rows"] for r in files] == [9, 9, 6]  # written once a table's gathered rows reach the cap

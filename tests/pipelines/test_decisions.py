@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from itertools import pairwise
@@ -16,9 +17,9 @@ from lakehouse import arrow_schema
 from lakehouse.spark_schema import spark_arrow_schema
 from models.ids import event_id
 from pipelines import detectors as D
-from pipelines.bucket_fold import BUCKET_COLUMN, BucketState, bucket_step, zk_times
+from pipelines.bucket_fold import BUCKET_COLUMN, TICK_STATE, BucketState, bucket_step, bucket_tick, zk_times
 from pipelines.cluster_stage import StreamPart
-from pipelines.keyed_pipeline import META_SEQ, route_znode_rows
+from pipelines.keyed_pipeline import META_SEQ, ROUTED_EVENTS, route_znode_rows
 from tests.history import T0, History, clean_history, decision
 
 
@@ -202,3 +203,33 @@ def test_a_buckets_carried_writes_stay_bounded_over_many_leader_changes() -> Non
         found += out["anomalies"].filter(pc.equal(out["anomalies"]["kind"], "DECISION_ZK_DIVERGENCE")).to_pylist()
     assert sorted(state.zk_writes["leader_epoch"].to_pylist()) == list(range(changes - KEPT, changes))
     assert _lines(pa.Table.from_pylist(found)) == [2]
+
+
+def _ticked(state: BucketState, zk_time: pa.Table | None, txnlog: pa.Table | None) -> BucketState | None:
+    changed = bucket_tick({n: getattr(state, n) for n in TICK_STATE}, zk_time, txnlog)
+    return None if changed is None else dataclasses.replace(state, **changed)
+
+
+def test_a_batch_of_ticks_moves_the_clock_and_range_as_the_whole_step_would() -> None:
+    h = _bronze_leader_changes(3)
+    bronze = pa.Table.from_pylist(h.rows, schema=arrow_schema("znode_events")).cast(spark_arrow_schema("znode_events"))
+    parts = dict(route_znode_rows(bronze, 1))
+    events = parts[StreamPart.EVENTS].drop_columns([BUCKET_COLUMN])
+    _, state = bucket_step("test", BucketState.empty(META_SEQ), events, None, "2.0")
+    clock = pa.table({"zk_time": pa.array([_micros(30)], pa.int64())})
+    txnlog = pa.table({"lo": pa.array([1], pa.int64()), "hi": pa.array([h.zxid + 5], pa.int64())})
+    nothing = ROUTED_EVENTS.empty_table()
+    for zk_time, txn in ((clock, None), (None, txnlog), (clock, txnlog), (None, None)):
+        out, stepped = bucket_step("test", state, nothing, None, "2.0", zk_time, txn)
+        assert all(t.num_rows == 0 for t in out.values())
+        ticked = _ticked(state, zk_time, txn)
+        assert ticked is not None
+        for name in (*TICK_STATE, "partition_state", "zk_writes", "recent_ids"):
+            assert getattr(ticked, name).equals(getattr(stepped, name)), name
+    assert _ticked(state, None, None) == state  # nothing moved: nothing to write
+
+
+def test_a_tick_to_a_bucket_with_a_decision_waiting_runs_the_whole_step() -> None:
+    waiting = pa.Table.from_pylist([_online(4, 1, 1)], schema=D.PENDING_DECISIONS)
+    state = dataclasses.replace(BucketState.empty(META_SEQ), pending_decisions=waiting)
+    assert _ticked(state, pa.table({"zk_time": pa.array([_micros(60)], pa.int64())}), None) is None
