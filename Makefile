@@ -78,8 +78,12 @@ lint: venv
 # fixtures (a Kafka cluster, a scenario's runs) are built once; the 15 slowest tests are listed at the end.
 # TEST_WORKERS=0 runs the suite in the calling process.
 TEST_WORKERS ?= 4
+# Spark waits a fixed 10 s for a Python worker it starts to connect back (PythonWorkerFactory); with four workers'
+# JVMs and brokers on two cores that wait can run out. A test that fails with that error alone runs once more.
+SPARK_SPAWN_RERUN := --reruns 1 --only-rerun "Python worker failed to connect back"
 test: venv java jars browser prometheus lint
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 \
+		$(SPARK_SPAWN_RERUN) tests
 
 # The tests with none of the JVM markers (set from the fixtures a test uses, tests/conftest.py): no Java, jars
 # or lint. The two report tests still need chromium (`make browser`). Spread test by test (no --dist
