@@ -134,7 +134,7 @@ def _assert_equal(got: dict[str, pa.Table], ref: MetadataProjection) -> None:
     assert len(ids) == len(set(ids))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
 def test_batches_equal_the_reference(case: tuple[list[dict[str, Any]], str, list[int]]) -> None:
     rows, version, cuts = case
