@@ -348,20 +348,22 @@ def clock_table(latest: int | None) -> pa.Table:
 
 
 TICK_STATE = ("pending_decisions", "zk_time", "txnlog")
-"""The BucketState parts a batch that brings a bucket only ticks reads (``bucket_tick``)."""
+"""The BucketState parts ``bucket_tick`` reads: all it needs of a bucket whose batch holds only ticks."""
 
 
 def bucket_tick(carried: dict[str, pa.Table], zk_time: pa.Table | None,
                 txnlog: pa.Table | None) -> dict[str, pa.Table] | None:
-    """A batch that brings a bucket only its cluster's clock (``zk_times``) and the transaction log's range, as
-    every batch does to every bucket: the parts of ``TICK_STATE`` it changes (from ``carried``, those parts), or
-    None when a decision is waiting and ``bucket_step`` must run. With nothing waiting, ``bucket_step`` would
-    only move these two parts and write no rows; here the bucket's keys, writes and ids are never loaded."""
+    """A bucket's batch that holds only ticks: its cluster's clock (``zk_times``) and the transaction log's range,
+    which every batch with ZooKeeper events sends every bucket. Returns the parts of ``TICK_STATE`` it changes
+    (``carried``: those parts), or None when a decision is waiting and ``bucket_step`` must run. With nothing
+    waiting, ``bucket_step`` would only move these two parts and write no rows; here the bucket's keys, writes
+    and ids are never loaded."""
     if carried["pending_decisions"].num_rows:
         return None
     changed: dict[str, pa.Table] = {}
+    before = advanced_clock(carried["zk_time"], None)
     latest = advanced_clock(carried["zk_time"], zk_time)
-    if latest != advanced_clock(carried["zk_time"], None):
+    if latest != before:
         changed["zk_time"] = clock_table(latest)
     txn = widened_range(carried["txnlog"], txnlog)
     if not txn.equals(carried["txnlog"]):

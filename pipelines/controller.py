@@ -311,9 +311,9 @@ def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) 
     """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted, from the lines
     in the controller's own voice (``CONTROLLER_VOICE_KINDS``)."""
     voiced = pc.is_in(decisions["kind"], pa.array(sorted(CONTROLLER_VOICE_KINDS), pa.string()))
-    acting = decisions.filter(pc.and_(pc.and_(pc.and_(pc.is_valid(decisions["controller_id"]),
-                                                      pc.is_valid(decisions["controller_epoch"])),
-                                              pc.is_valid(decisions["ts"])), voiced))
+    for column in ("controller_id", "controller_epoch", "ts"):
+        voiced = pc.and_(voiced, pc.is_valid(decisions[column]))
+    acting = decisions.filter(voiced)
     schema = spark_arrow_schema(CONTROLLER_TENURE)
     n = acting.num_rows
     new = pa.table({"cluster": pa.array([cluster] * n, pa.string()), "controller_id": acting["controller_id"],
