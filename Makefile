@@ -79,8 +79,9 @@ lint: venv
 # TEST_WORKERS=0 runs the suite in the calling process.
 TEST_WORKERS ?= 4
 # Spark waits a fixed 10 s for a Python worker it starts to connect back (PythonWorkerFactory); with four workers'
-# JVMs and brokers on two cores that wait can run out. A test that fails with that error alone runs once more.
-SPARK_SPAWN_RERUN := --reruns 1 --only-rerun "Python worker failed to connect back"
+# JVMs and brokers on two cores that wait can run out. A test that fails with that error alone runs up to twice more,
+# 20 s later each time (the load that starved the worker has usually passed).
+SPARK_SPAWN_RERUN := --reruns 2 --reruns-delay 20 --only-rerun "Python worker failed to connect back"
 test: venv java jars browser prometheus lint
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 \
 		$(SPARK_SPAWN_RERUN) tests
