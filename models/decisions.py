@@ -113,6 +113,11 @@ CONTROLLER_VOICE_KINDS: Final = frozenset(
 A broker's line naming a controller's request (a receipt, a metadata cache update) shows when the request
 arrived, which can be after the sender's term ended: it says nothing about who acts then."""
 
+ACTING_CONTROLLER_KINDS: Final = CONTROLLER_VOICE_KINDS | {DecisionKind.STALE_CONTROLLER_REQUEST}
+"""Kinds whose line shows its controller (id, epoch) acting at the line's time: the controller's own voice, and a
+broker refusing that controller's request as stale. A broker refuses only after a newer controller has reached it,
+so the refused request was still in flight in the newer term: the old controller acted then (a zombie)."""
+
 
 class LogTemplate(StrEnum):
     """The message template one log record was written from (docs/log-templates.md is the census).

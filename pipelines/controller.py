@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from lakehouse.spark_schema import spark_arrow_schema
 from models.anomalies import SEVERITY, AnomalyKind
-from models.decisions import CONTROLLER_VOICE_KINDS, DecisionKind
+from models.decisions import ACTING_CONTROLLER_KINDS, DecisionKind
 from models.events import MetadataEventType, Source, TenureSource
 from models.ids import event_id
 from models.tables import CONTROLLER_TENURE
@@ -309,8 +309,8 @@ def covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | None
 
 def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:
     """Controller terms seen in logs: (controller id, epoch) -> first and last time it acted, from the lines
-    in the controller's own voice (``CONTROLLER_VOICE_KINDS``)."""
-    voiced = pc.is_in(decisions["kind"], pa.array(sorted(CONTROLLER_VOICE_KINDS), pa.string()))
+    that show it acting (``ACTING_CONTROLLER_KINDS``)."""
+    voiced = pc.is_in(decisions["kind"], pa.array(sorted(ACTING_CONTROLLER_KINDS), pa.string()))
     for column in ("controller_id", "controller_epoch", "ts"):
         voiced = pc.and_(voiced, pc.is_valid(decisions[column]))
     acting = decisions.filter(voiced)

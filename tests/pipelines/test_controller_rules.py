@@ -151,3 +151,13 @@ def test_the_old_controller_logging_its_own_decision_after_the_handover_is_split
                           "brokers HashSet(1, 2) for 1 partitions (state.change.logger)\n")
     assert _split(_parsed_terms(zombie)) == [
         (SplitBrainReason.OVERLAPPING_TERMS, 3, 1, datetime(2026, 11, 26, 19, 59, 28, 59000, tzinfo=UTC))]
+
+
+def test_a_broker_refusing_the_old_controller_s_request_as_stale_is_split_brain() -> None:
+    """The zombie's own log may stop at its session expiry; the broker that refuses its late request shows it
+    still sending in the newer term."""
+    refused = _HANDOVER + ("[2026-11-26 19:59:28,350] WARN [Broker id=2] Ignoring LeaderAndIsr request from controller 3 "
+                           "with correlation id 42 since its controller epoch 3 is old. Latest known controller epoch "
+                           "is 4 (state.change.logger)\n")
+    assert _split(_parsed_terms(refused)) == [
+        (SplitBrainReason.OVERLAPPING_TERMS, 3, 1, datetime(2026, 11, 26, 19, 59, 28, 59000, tzinfo=UTC))]
