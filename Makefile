@@ -72,7 +72,8 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Four pytest workers (pytest-xdist) on two cores, one test file each at a time: the real-cluster tests spend
+# Four pytest workers (pytest-xdist) on two cores, one test file each at a time (the files of tests/e2e/ together:
+# they share one costly session fixture, tests/conftest.py SHARED_WORK_UNITS): the real-cluster tests spend
 # most of their time waiting on brokers, sessions, triggers and JVM starts (a whole run keeps the two cores about
 # a third busy with two workers), so more workers than cores keep them busy; module
 # fixtures (a Kafka cluster, a scenario's runs) are built once; the 15 slowest tests are listed at the end.

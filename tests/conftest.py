@@ -177,6 +177,27 @@ def costliest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     return sorted(items, key=lambda item: tuple(-c for c in cost[item.nodeid.split("::")[0]]))
 
 
+# folders whose files share a session fixture too costly to build once per worker: one xdist work unit each
+SHARED_WORK_UNITS: dict[str, str] = {
+    "tests/e2e/": "the played scenario runs (`runs`, tests/e2e/conftest.py): about a minute to build",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile`, except that the files of a ``SHARED_WORK_UNITS`` folder go to one worker together, so
+    their session fixture is built once in the run, not once in each worker that takes one of them."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = str(super()._split_scope(nodeid))
+            return next((folder for folder in SHARED_WORK_UNITS if path.startswith(folder)), path)
+
+    return SharedFixtureScheduling(config, log)
+
+
 DERIVED = tuple(t.name for t in DERIVED_TABLES)
 
 

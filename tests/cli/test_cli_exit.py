@@ -15,7 +15,7 @@ from typing import Any
 
 from tests import sample_data as sd
 
-RUNS = 100
+RUNS = 40  # at one failed exit in eight, 40 runs all pass by chance with probability (7/8)**40, 0.5%
 WORKERS = 4  # processes at a time: the race is per process, so parallel runs test it as well
 
 
@@ -24,7 +24,7 @@ def _cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "zkledger.cli"]
 
 
-def test_anomalies_exits_0_in_100_of_100_runs(lake: Any, tmp_path: Path) -> None:
+def test_anomalies_exits_0_in_40_of_40_runs(lake: Any, tmp_path: Path) -> None:
     sd.write_story(lake)
     cmd = [*_cli(), "--lake", lake.root, "--cluster", lake.cluster, "anomalies"]
 
