@@ -28,6 +28,13 @@ from services.zookeeper import EmbeddedZooKeeper
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Every Spark driver the tests start (this session's, each zkledger process and spark-submit a test runs) lives
+# seconds to minutes on small data: the JIT's optimising compiler (C2) costs such a JVM more CPU than it earns back.
+# With C1 alone a test of Spark queries spends about a third less CPU (tests/engine/test_rebuild.py: 71 against
+# 98 CPU-seconds, same wall time), which four workers on two cores get back as time. Kafka's and ZooKeeper's lab
+# JVMs set the same (kafkalab, services.zookeeper). A user's long-running driver keeps the JVM's default.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
 # the session's ZooKeeper, so the failure hook below can attach its log
 _ZK: dict[str, EmbeddedZooKeeper] = {}
 
