@@ -27,6 +27,12 @@ def spark_env() -> dict[str, str]:
     return env
 
 
+def _daemon_env() -> dict[str, str]:
+    """``spark_env`` for the master and the workers, whose executors inherit it: every JVM of the cluster with the
+    JIT's C1 compiler only, as the tests' drivers (tests/conftest.py)."""
+    return {**spark_env(), "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
+
+
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], limit_s: float = 120) -> None:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -61,7 +67,7 @@ class StandaloneCluster:
             master_log = self.logs / "master.log"
             self.master = subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                 "--webui-port", "0"], stdout=master_log.open("wb"), stderr=subprocess.STDOUT, env=spark_env())
+                 "--webui-port", "0"], stdout=master_log.open("wb"), stderr=subprocess.STDOUT, env=_daemon_env())
             _wait_for(master_log, "I have been elected leader", self.master)
             for n in range(1, self.workers_n + 1):
                 worker_log = self.logs / f"worker-{n}.log"
@@ -69,7 +75,8 @@ class StandaloneCluster:
                     [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, "--cores", str(self.cores),
                      "--memory", self.memory, "--webui-port", "0", "--host", "127.0.0.1",
                      "--work-dir", str(self.logs / f"work-{n}")],
-                    stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=spark_env(), start_new_session=True))
+                    stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=_daemon_env(),
+                    start_new_session=True))
                 _wait_for(worker_log, "Successfully registered with master", self.workers[-1])
         except BaseException:
             self.stop()

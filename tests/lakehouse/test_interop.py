@@ -194,15 +194,17 @@ def test_connector_reads_a_delta_rs_checkpoint(spark: SparkSession, tmp_path: Pa
 def test_delta_rs_reads_a_connector_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / TABLE)
     connector = Connector(spark)
-    for b in range(11):  # Delta checkpoints every 10 commits by default
-        connector.append(path, sample_rows(TABLE, 1, start=b), app_id="rebuild", txn_version=b)
-    assert os.path.exists(os.path.join(path, "_delta_log", f"{10:020d}.checkpoint.parquet"))
-    _drop_commits_before(path, 10)
+    connector.append(path, sample_rows(TABLE, 1, start=0), app_id="rebuild", txn_version=0)
+    # a checkpoint every 2 commits (10 by default): the connector writes one at version 2
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    connector.append(path, sample_rows(TABLE, 1, start=1), app_id="rebuild", txn_version=1)
+    assert os.path.exists(os.path.join(path, "_delta_log", f"{2:020d}.checkpoint.parquet"))
+    _drop_commits_before(path, 2)
     dt = DeltaTable(path)
-    assert dt.version() == 10 and dt.to_pyarrow_table().num_rows == 11
-    assert dt.transaction_version("rebuild") == 10
-    write_deltalake(path, sample_rows(TABLE, 1, start=11), mode="append")
-    assert spark.read.format("delta").load(path).count() == 12
+    assert dt.version() == 2 and dt.to_pyarrow_table().num_rows == 2
+    assert dt.transaction_version("rebuild") == 1
+    write_deltalake(path, sample_rows(TABLE, 1, start=2), mode="append")
+    assert spark.read.format("delta").load(path).count() == 3
 
 
 # ------------------------------------------------------------------------------------------ concurrency
