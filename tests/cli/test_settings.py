@@ -20,7 +20,7 @@ def test_defaults_load_from_the_package_not_the_cwd(tmp_path: Path, monkeypatch:
     s = load_settings()
     assert isinstance(s, Settings)
     assert (s.lake.root, s.lake.cluster) == ("./lake", "local")
-    assert (s.spark.master, s.spark.shuffle_partitions) == ("local[2]", 4)
+    assert (s.spark.master, s.spark.shuffle_partitions) == ("local[2]", 2)
     assert (s.streaming.trigger_seconds, s.streaming.max_files_per_trigger) == (1.0, 1000)
     assert (s.pipeline.buckets, s.pipeline.rebuild_batch_mb) == (32, 32)
     assert Path(s.streaming.checkpoint_root) == Path("./lake/_checkpoints")
