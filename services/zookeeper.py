@@ -180,6 +180,14 @@ def terminate(pid: int, timeout_s: float = 15.0) -> None:
     log.warning("ZooKeeper pid %s did not exit", pid)
 
 
+def _wait_port_closed(port: int, timeout_s: float = 10.0) -> None:
+    """Return once nothing accepts connections on `port` (the kernel closes a dead server's socket at once; this
+    bounds a slow teardown), so that `stop` then `start --port` on the same port works."""
+    deadline = time.monotonic() + timeout_s
+    while port_in_use(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _alive(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):
         reaped, _ = os.waitpid(pid, os.WNOHANG)  # reap it if it is our child, or it stays a zombie
@@ -189,10 +197,18 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    with contextlib.suppress(OSError):
-        return stat.read_text().split(") ", 1)[1][:1] != "Z"
-    return True
+    # a JVM's main thread can be a zombie while its other threads still hold the sockets open: the process is
+    # gone only when every thread is
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        stats = [task / "stat" for task in tasks.iterdir()]
+    except OSError:
+        return True
+    for stat in stats:
+        with contextlib.suppress(OSError):
+            if stat.read_text().split(") ", 1)[1][:1] not in ("Z", "X"):
+                return True
+    return False
 
 
 class EmbeddedZooKeeper:
@@ -275,6 +291,8 @@ class EmbeddedZooKeeper:
             terminate(self._pid)
         if self._proc is not None:
             self._proc.wait(timeout=10)
+        if self._pid is not None and self.port:
+            _wait_port_closed(self.port)
         self._proc = None
         self._pid = None
         atexit.unregister(self._stop_quietly)
