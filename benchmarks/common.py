@@ -173,10 +173,11 @@ def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, 
     rebuild reads), each row hashed and dropped (``read_s``), and once more through a ``mapInArrow`` that drops
     the rows in the Python workers (``read_to_python_s``: the hop the engine's decode pays; not in the floor).
     Writes: every derived table's rows, keyed as the query keys them (a row's partition to its bucket, other
-    rows to the cluster's stage) and packed one row per key and table as the operator emits them, held in
-    Spark's memory first (untimed), then through the query's own sink (``engine.stateful_sink.StatefulSink``:
-    the executors write the Parquet files, the driver commits through delta-rs) into a fresh lake
-    (``write_s``). No pipeline that reads and writes these tables this way beats ``read_s + write_s`` here.
+    rows to the cluster's stage) and packed one row per key and table, held in Spark's memory first (untimed),
+    then written as the query writes them into a fresh lake (``write_s``): each key's files where the operator
+    writes them (``engine.stateful_sink.key_outputs``, in a ``mapInArrow``), then the query's own sink
+    (``engine.stateful_sink.StatefulSink``: the smaller appended rows gathered per task, the driver's commits
+    through delta-rs). No pipeline that reads and writes these tables this way beats ``read_s + write_s`` here.
     """
     import numpy as np
     import pyarrow as pa
@@ -184,11 +185,11 @@ def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, 
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from engine.stateful import ALL_FILES, PACKED_OUT
-    from engine.stateful_sink import DERIVED, StatefulSink
+    from engine.stateful_sink import DERIVED, StatefulSink, output_records, packed_records
     from lakehouse import Lake
     from lakehouse.spark_io import stream_table
     from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
-    from pipelines.bucket_fold import BUCKET_COLUMN, CLUSTER_STAGE, bucket_of, ipc_bytes
+    from pipelines.bucket_fold import BUCKET_COLUMN, CLUSTER_STAGE, bucket_of
     from pipelines.keyed_pipeline import by_key
 
     packed_schema = to_arrow_schema(PACKED_OUT)
@@ -208,7 +209,7 @@ def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, 
                 valid = topic.is_valid().to_numpy(zero_copy_only=False)
                 keyed[valid] = bucket_of(topic, rows["partition"].combine_chunks(), buckets)[valid]
             for cluster, bucket, body in by_key(rows.append_column(BUCKET_COLUMN, pa.array(keyed))):
-                out.write_table(pa.table([[cluster], [bucket], [spec.name], [ipc_bytes(body)]], schema=packed_schema))
+                out.write_table(output_records(packed_records([(spec.name, cluster, bucket, body)])))
                 files += 1
             del rows
     parts = int(spark.conf.get("spark.sql.shuffle.partitions"))  # the operator's output comes in as many
@@ -243,12 +244,28 @@ def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, 
     read_to_python_s = read(True)
     floor = Lake(floor_dir / "lake", cluster=lake.cluster)
     start = time.perf_counter()
-    StatefulSink(floor, "io-floor")(records, 0)
+    StatefulSink(floor, "io-floor")(records.mapInArrow(_KeyWrites(floor.root), PACKED_OUT), 0)
     write_s = time.perf_counter() - start
     records.unpersist()
     return {"read_s": round(read_s, 3), "read_to_python_s": round(read_to_python_s, 3), "write_s": round(write_s, 3),
             "s": round(read_s + write_s, 3), "output_rows": output_rows, "output_files": files,
             "bronze_tables": bronze}
+
+
+class _KeyWrites:
+    """``mapInArrow`` over packed ``WRITTEN`` records: each written where the operator writes it, if it would."""
+
+    def __init__(self, lake_root: str) -> None:
+        self.lake_root = lake_root
+
+    def __call__(self, batches: Iterable[Any]) -> Iterable[Any]:
+        from engine.stateful_sink import key_outputs, output_records
+        from pipelines.bucket_fold import ipc_table
+
+        for batch in batches:
+            for r in batch.to_pylist():
+                written = key_outputs(self.lake_root, r["cluster"], r["bucket"], [(r["table"], ipc_table(r["packed"]))])
+                yield from output_records(written).to_batches()
 
 
 class _Lines(logging.Handler):

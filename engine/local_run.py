@@ -17,12 +17,18 @@ import numpy as np
 import pyarrow as pa
 
 from engine.stateful import DEFAULT_BUCKETS
-from engine.stateful_sink import StatefulSink, derived_counts, output_files, output_records, reset_derived
+from engine.stateful_sink import (
+    StatefulSink,
+    derived_counts,
+    output_files,
+    output_records,
+    packed_records,
+    reset_derived,
+)
 from lakehouse import Lake
 from lakehouse.spark_schema import spark_arrow_schema
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, ZNODE_EVENTS
-from pipelines.bucket_fold import ipc_bytes
 from pipelines.cluster_stage import StreamPart
 from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 from pipelines.keyed_pipeline import (
@@ -88,8 +94,8 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
         last = i == len(cuts) - 2
         outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0),
                               kraft if i == 0 else None, lake.clusters(ZNODE_EVENTS.name))
-        sink.commit(output_records(output_files(lake.root, ((table, cluster, bucket, ipc_bytes(rows))
-                                                            for cluster, bucket, table, rows in outputs))), i)
+        sink.commit(output_records(output_files(lake.root, packed_records(
+            (table, cluster, bucket, rows) for cluster, bucket, table, rows in outputs))), i)
     return derived_counts(lake)
 
 

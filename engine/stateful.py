@@ -20,10 +20,11 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    the decisions' checks against the writes ZooKeeper held); the cluster's stage does the cluster-wide work
    (``pipelines.cluster_stage.cluster_step``: timeline, controller terms, resignations, gaps). Each key's
    state is one value in Spark's state store (RocksDB), checkpointed by Spark with the stream's offsets.
-   Out: one packed row per (key, output table);
+   Out: per (key, output table), the file the key wrote (its state; appended rows that fill a file) or its rows
+   packed (``engine.stateful_sink.key_outputs``);
 3. the sink (``engine.stateful_sink.StatefulSink``, ``foreachBatch``): one Spark job in which the executors
-   write the packed rows as data files (a task's rows of each appended table in one, a key's state in its own)
-   and the driver commits the files through delta-rs, each
+   gather the packed rows of each appended table into one data file per task and the driver commits every
+   file through delta-rs, each
    commit under the app transaction ``(writer, batch id)``: the new anomalies first, the appended tables side
    by side, the state tables by replacing the changed keys' files, ``partition_state`` last.
 
@@ -55,8 +56,11 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from engine.stateful_sink import (
     DERIVED,
     PACKED_COLUMN,
-    TABLE_COLUMN,
+    WRITE_PROPERTY,
+    WRITTEN,
     StatefulSink,
+    key_outputs,
+    packed_records,
 )
 from engine.upkeep import MaintenanceSchedule
 from lakehouse.spark_io import stream_table
@@ -102,9 +106,9 @@ PART_COLUMN = "part"
 PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                           T.StructField(PART_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
 """The operator's input: one task's rows of one ``StreamPart`` for one key, as one Arrow IPC stream."""
-PACKED_OUT = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
-                           T.StructField(TABLE_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
-"""The operator's output: one key's rows of one output table, as one Arrow IPC stream."""
+PACKED_OUT = WRITTEN
+"""The operator's output: per key and output table, the file it wrote (a state table's, or enough appended rows
+for a file of their own), or its rows as one Arrow IPC stream (``engine.stateful_sink.key_outputs``)."""
 STATE_BLOB = T.StructType([T.StructField("ipc", T.BinaryType())])
 """One part of a bucket's state (one ``BucketState`` field) as one ValueState: a batch rewrites only the parts
 it changed (a batch that only moves the cluster's clock writes two small values, not the bucket's keys)."""
@@ -164,8 +168,9 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | 
                     buckets: int = DEFAULT_BUCKETS,
                     kafka_version: str = DEFAULT_KAFKA_VERSION,
                     offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
-                    zookeeper_clusters: frozenset[str] = frozenset()) -> DataFrame:
-    """Every derived table's rows of the bronze streams, packed (PACKED_OUT; ``unpacked`` gives one table's).
+                    zookeeper_clusters: frozenset[str] = frozenset(), lake_root: str | None = None) -> DataFrame:
+    """Every derived table's rows of the bronze streams (PACKED_OUT): packed, or, with ``lake_root``, the files
+    the operator wrote there (``StatefulSink`` commits them).
     ``zookeeper_clusters``: the clusters with a ZooKeeper history, whose KRaft records are not folded
     (``pipelines.kraft_stage.route_kraft_rows``)."""
     routed = bronze.mapInArrow(_Route(route_znode_rows, buckets), PACKED_IN).unionByName(
@@ -174,17 +179,26 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | 
         route = functools.partial(route_kraft_records, zookeeper_clusters=zookeeper_clusters)
         routed = routed.unionByName(kraft.mapInArrow(_Route(route, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
-        statefulProcessor=PipelineProcessor(kafka_version, offline_blip), outputStructType=PACKED_OUT,
+        statefulProcessor=PipelineProcessor(kafka_version, offline_blip, lake_root), outputStructType=PACKED_OUT,
         outputMode="Append",
         timeMode="None")
+
+
+def _outputs_wanted() -> bool:
+    """False when the sink runs the operator only to commit its state stores (a batch already committed)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context is None or context.getLocalProperty(WRITE_PROPERTY) != "false"
 
 
 class PipelineProcessor(StatefulProcessor):
     """One key per micro-batch: a bucket (its carried ``BucketState``, one ValueState per part) or a cluster's
     stage (``ClusterState``, one ValueState), as Arrow IPC bytes."""
 
-    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> None:
-        self.kafka_version, self.offline_blip = kafka_version, offline_blip
+    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
+                 lake_root: str | None = None) -> None:
+        self.kafka_version, self.offline_blip, self.lake_root = kafka_version, offline_blip, lake_root
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.bucket_parts = {name: handle.getValueState(f"bucket_{name}", STATE_BLOB) for name in BUCKET_PARTS}
@@ -229,10 +243,15 @@ class PipelineProcessor(StatefulProcessor):
                 if getattr(after, name) is not getattr(carried, name):  # the step returns untouched parts as they were
                     value.update((ipc_bytes(getattr(after, name)),))
         tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
-        if tables:
-            yield pd.DataFrame({"cluster": [cluster] * len(tables), BUCKET_COLUMN: [bucket] * len(tables),
-                                TABLE_COLUMN: [name for name, _ in tables],
-                                PACKED_COLUMN: [ipc_bytes(rows) for _, rows in tables]})
+        if not tables:
+            return
+        if self.lake_root is None:
+            records = packed_records((name, cluster, bucket, rows) for name, rows in tables)
+        elif _outputs_wanted():
+            records = key_outputs(self.lake_root, cluster, bucket, tables)
+        else:
+            return
+        yield pd.DataFrame({f.name: pd.Series([r.get(f.name) for r in records], dtype=object) for f in WRITTEN.fields})
 
     # ``exists`` first: Spark's state server logs a warning for each ``get`` of a value not set
     def _cluster_state(self) -> ClusterState:
@@ -286,7 +305,7 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
     zookeeper_clusters = lake.clusters(ZNODE_EVENTS.name) if kraft is not None else frozenset()
     writer = (stateful_stream(bronze, decisions, kraft, buckets, kafka_version, offline_blip,
-                              zookeeper_clusters).writeStream
+                              zookeeper_clusters, lake.root).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()

@@ -1,9 +1,10 @@
 """The stateful query's sink: a micro-batch's outputs into the lake, written by the executors, committed once.
 
-Per micro-batch (``foreachBatch``), one Spark job: the operator's packed rows (one per key and output table) go
-through ``_WriteOutputs`` on the executors, which write them as Parquet files in their tables' folders
-(``lakehouse.files``: a task's rows of each appended table in one file, a key's state as a file of its own) and
-send back only the files' add-action fields, and the anomalies' rows themselves (few, and two keys can find the
+Per micro-batch (``foreachBatch``), one Spark job. The operator has written a key's state as a file of its own
+and a key's appended rows that fill a file (``key_outputs``, ``lakehouse.files``), where they were made: those
+rows never cross the JVM again. Its other outputs come packed (one row per key and output table) to
+``_WriteOutputs`` on the executors, which gathers a task's rows of each appended table into one file. Only the
+files' add-action fields reach the driver, and the anomalies' rows themselves (few, and two keys can find the
 same one). The driver then commits through delta-rs, each commit under the
 app transaction ``(writer, batch id)``:
 
@@ -15,7 +16,7 @@ app transaction ``(writer, batch id)``:
    removes that key's older file. No table is scanned or joined;
 4. ``partition_state`` last and always (with no file when nothing changed): its commit marks the batch done,
    so a replayed batch that finds it runs the operator (Spark wants its state stores committed) and writes
-   nothing.
+   nothing (``WRITE_PROPERTY`` tells the operator).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from models.tables import (
     REPLICA_TRANSITIONS,
     TableSpec,
 )
-from pipelines.bucket_fold import BUCKET_COLUMN, ipc_table
+from pipelines.bucket_fold import BUCKET_COLUMN, ipc_bytes, ipc_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,7 +69,8 @@ WRITTEN = T.StructType([
     T.StructField(BUCKET_COLUMN, T.IntegerType()), T.StructField("path", T.StringType()),
     T.StructField("size", T.LongType()), T.StructField("rows", T.LongType()), T.StructField("stats", T.StringType()),
     T.StructField("modified_ms", T.LongType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
-"""What the executors send back: a written file's add-action fields, or (anomalies) the packed rows."""
+"""The operator's output and what the executors send back: a written file's add-action fields, or packed rows
+(the operator's: anomalies and small appended outputs; the sink's writer's: the anomalies)."""
 WRITTEN_ARROW = pa.schema([pa.field(f.name, t) for f, t in zip(WRITTEN.fields, (
     pa.string(), pa.string(), pa.int32(), pa.string(), pa.int64(), pa.int64(), pa.string(), pa.int64(), pa.binary()),
     strict=True)])
@@ -93,41 +95,72 @@ def derived_counts(lake: Lake) -> dict[str, int]:
 APPEND_FILE_ROWS = 500_000
 """Rows of one appended table a task gathers into one file: a task writes a file per appended table, not one per
 key (a fleet's micro-batch would leave hundreds of tiny files per table), and its memory stays bounded."""
+KEY_FILE_ROWS = 10_000
+"""Rows of one appended table that a key writes as a file of its own, from the operator: a file of this size is
+not a small one, and its rows skip the hop through the JVM to the sink's writer."""
+WRITE_PROPERTY = "zkledger.sink.write"
+"""The Spark local property by which the sink tells the operator whether this job's outputs are wanted: "false"
+for a batch already committed (Spark replays the operator; files written then would never be committed)."""
 
 
-def output_files(lake_root: str, outputs: Iterable[tuple[str, str, int, bytes]]) -> list[dict[str, Any]]:
-    """The ``WRITTEN`` records of one task's outputs, each (table, cluster, bucket, rows as Arrow IPC): the
-    anomalies as they are (few, and two keys can find one); a state table's rows as a file named after their
-    key, which replaces that key's older file when committed; the appended tables' rows of every key gathered
-    into files of up to APPEND_FILE_ROWS rows. Of a file only the add action's fields come back."""
+def key_outputs(lake_root: str, cluster: str, bucket: int, tables: Iterable[tuple[str, pa.Table]]) -> list[
+        dict[str, Any]]:
+    """One key's output tables as ``WRITTEN`` records, where the key's step ran: a state table's rows, and an
+    appended table's rows of at least KEY_FILE_ROWS, written as files now (only the add action's fields go on);
+    the anomalies and fewer appended rows packed, for ``output_files`` to gather per task."""
+    lake = Lake(lake_root, cluster)
     records: list[dict[str, Any]] = []
+    for table, rows in tables:
+        if table != ANOMALIES.name and (table in _REPLACED_NAMES or rows.num_rows >= KEY_FILE_ROWS):
+            keyed = (cluster, bucket) if table in _REPLACED_NAMES else None
+            records.append(_file_record(lake_root, table, lake.conform(table, rows), cluster, bucket, keyed))
+        else:
+            records.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket,
+                            PACKED_COLUMN: ipc_bytes(rows)})
+    return records
+
+
+def _file_record(lake_root: str, table: str, rows: pa.Table, cluster: str | None, bucket: int | None,
+                 key: tuple[str, int] | None) -> dict[str, Any]:
+    f = write_data_file(os.path.join(lake_root, table), table, rows, key)
+    return {TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, "path": f.path, "size": f.size,
+            "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms}
+
+
+def output_files(lake_root: str, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One task's ``WRITTEN`` records with every packed table written: a record of a written file and the
+    anomalies (few, and two keys can find one) as they are; a state table's rows as a file named after their
+    key, which replaces that key's older file when committed; the appended tables' rows of every key gathered
+    into files of up to APPEND_FILE_ROWS rows."""
+    out: list[dict[str, Any]] = []
     gathered: dict[str, list[pa.Table]] = {}
     lakes: dict[str, Lake] = {}  # conform fills a missing cluster column from its lake's
 
-    def write(table: str, rows: pa.Table, cluster: str | None = None, bucket: int | None = None) -> None:
-        key = (cluster, bucket) if cluster is not None and bucket is not None else None
-        f = write_data_file(os.path.join(lake_root, table), table, rows, key)
-        records.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, "path": f.path,
-                        "size": f.size, "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms})
-
     def flush(table: str) -> None:
-        write(table, pa.concat_tables(gathered.pop(table)))
+        out.append(_file_record(lake_root, table, pa.concat_tables(gathered.pop(table)), None, None, None))
 
-    for table, cluster, bucket, packed in outputs:
-        if table == ANOMALIES.name:
-            records.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, PACKED_COLUMN: packed})
+    for record in records:
+        table, cluster, bucket = record[TABLE_COLUMN], record["cluster"], record[BUCKET_COLUMN]
+        if table == ANOMALIES.name or record.get("path") is not None:
+            out.append(record)
             continue
         lake = lakes.get(cluster) or lakes.setdefault(cluster, Lake(lake_root, cluster))
-        rows = lake.conform(table, ipc_table(packed))
+        rows = lake.conform(table, ipc_table(record[PACKED_COLUMN]))
         if table in _REPLACED_NAMES:
-            write(table, rows, cluster, bucket)
+            out.append(_file_record(lake_root, table, rows, cluster, bucket, (cluster, bucket)))
             continue
         gathered.setdefault(table, []).append(rows)
         if sum(t.num_rows for t in gathered[table]) >= APPEND_FILE_ROWS:
             flush(table)
     for table in list(gathered):
         flush(table)
-    return records
+    return out
+
+
+def packed_records(outputs: Iterable[tuple[str, str, int, pa.Table]]) -> list[dict[str, Any]]:
+    """(table, cluster, bucket, rows) as packed ``WRITTEN`` records, nothing written yet."""
+    return [{TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket, PACKED_COLUMN: ipc_bytes(rows)}
+            for table, cluster, bucket, rows in outputs]
 
 
 def output_records(records: list[dict[str, Any]]) -> pa.Table:
@@ -135,15 +168,13 @@ def output_records(records: list[dict[str, Any]]) -> pa.Table:
 
 
 class _WriteOutputs:
-    """``mapInArrow`` on the operator's packed rows (one per key and table), on the executors: ``output_files``."""
+    """``mapInArrow`` on the operator's ``WRITTEN`` records, on the executors: ``output_files``."""
 
     def __init__(self, lake_root: str) -> None:
         self.lake_root = lake_root
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out = output_files(self.lake_root, (row for batch in batches for row in zip(
-            *(batch.column(c).to_pylist() for c in (TABLE_COLUMN, "cluster", BUCKET_COLUMN, PACKED_COLUMN)),
-            strict=True)))
+        out = output_files(self.lake_root, (record for batch in batches for record in batch.to_pylist()))
         if out:
             yield from output_records(out).to_batches()
 
@@ -190,20 +221,23 @@ class StatefulSink:
             nonlocal step
             spent[what], step = time.monotonic() - step, time.monotonic()
 
+        spark = records.sparkSession
         last = self.lake.last_batch_seq(PARTITION_STATE.name, self.writer_id)
         if last is not None and last >= batch_id:  # every commit of this batch is in: a replay writes nothing
             # the operator still runs: Spark requires every state store partition to commit each batch
+            spark.sparkContext.setLocalProperty(WRITE_PROPERTY, "false")
             records.write.format("noop").mode("overwrite").save()
             log.info("stateful query batch %d: already committed, nothing written", batch_id)
             return
         self.ensure_tables()
+        spark.sparkContext.setLocalProperty(WRITE_PROPERTY, "true")
         # the one job: the operator runs, the executors write the files, the driver gets their fields
         got = records.mapInArrow(_WriteOutputs(self.lake.root), WRITTEN).toArrow()
         lap("query and files")
         files, new = self.commit(got, batch_id)
         lap("commits")
         if self.quality:
-            self._check(records.sparkSession, files, new, batch_id)
+            self._check(spark, files, new, batch_id)
             lap("quality")
         log.info("stateful query batch %d: %.1f s (%s)", batch_id, time.monotonic() - began,
                  ", ".join(f"{k} {v:.1f} s" for k, v in spent.items()))

@@ -76,6 +76,10 @@ def _packed(table: str, cluster: str, n: int, first: int = 0) -> bytes:
     return ipc_bytes(pa.table(cols, schema=schema))
 
 
+def _record(table: str, cluster: str, bucket: int, packed: bytes) -> dict[str, object]:
+    return {"table": table, "cluster": cluster, "bucket": bucket, "packed": packed}
+
+
 def test_a_task_writes_one_file_per_appended_table_and_one_per_key_of_a_state_table(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.parquet as pq
@@ -86,9 +90,9 @@ def test_a_task_writes_one_file_per_appended_table_and_one_per_key_of_a_state_ta
     for table in (METADATA_EVENTS, PARTITION_STATE):  # the sink creates its tables first
         (tmp_path / table.name).mkdir()
     keys = [(c, b) for c in ("a", "b") for b in range(4)]
-    outputs = [(METADATA_EVENTS.name, c, b, _packed(METADATA_EVENTS.name, c, 3, 10 * b)) for c, b in keys]
-    outputs += [(PARTITION_STATE.name, c, b, _packed(PARTITION_STATE.name, c, 2)) for c, b in keys]
-    outputs.append((ANOMALIES.name, "a", 1, b"packed"))
+    outputs = [_record(METADATA_EVENTS.name, c, b, _packed(METADATA_EVENTS.name, c, 3, 10 * b)) for c, b in keys]
+    outputs += [_record(PARTITION_STATE.name, c, b, _packed(PARTITION_STATE.name, c, 2)) for c, b in keys]
+    outputs.append(_record(ANOMALIES.name, "a", 1, b"packed"))
     by_table: dict[str, list[dict[str, object]]] = {}
     for r in stateful_sink.output_files(str(tmp_path), outputs):
         by_table.setdefault(str(r["table"]), []).append(r)
@@ -103,3 +107,35 @@ def test_a_task_writes_one_file_per_appended_table_and_one_per_key_of_a_state_ta
     monkeypatch.setattr(stateful_sink, "APPEND_FILE_ROWS", 7)
     files = [r for r in stateful_sink.output_files(str(tmp_path), outputs) if r["table"] == METADATA_EVENTS.name]
     assert [r["rows"] for r in files] == [9, 9, 6]  # written once a table's gathered rows reach the cap
+
+
+def test_a_key_writes_its_state_and_its_large_appended_rows_itself_and_packs_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq
+
+    from engine import stateful_sink
+    from lakehouse.files import cluster_tag, file_key
+    from models.tables import METADATA_EVENTS, PARTITION_STATE, PARTITION_TRANSITIONS
+    from pipelines.bucket_fold import ipc_table
+
+    for table in (METADATA_EVENTS, PARTITION_STATE, PARTITION_TRANSITIONS):
+        (tmp_path / table.name).mkdir()
+    monkeypatch.setattr(stateful_sink, "KEY_FILE_ROWS", 5)
+    tables = [(METADATA_EVENTS.name, ipc_table(_packed(METADATA_EVENTS.name, "a", 5))),  # a file's worth
+              (PARTITION_TRANSITIONS.name, ipc_table(_packed(PARTITION_TRANSITIONS.name, "a", 4))),  # too few
+              (PARTITION_STATE.name, ipc_table(_packed(PARTITION_STATE.name, "a", 1))),  # state: always
+              (ANOMALIES.name, pa.table({"anomaly_id": ["x"]}))]
+    records = {r["table"]: r for r in stateful_sink.key_outputs(str(tmp_path), "a", 3, tables)}
+    assert records[METADATA_EVENTS.name]["rows"] == 5 and "packed" not in records[METADATA_EVENTS.name]
+    assert records[PARTITION_STATE.name]["rows"] == 1
+    assert file_key(str(records[PARTITION_STATE.name]["path"])) == (cluster_tag("a"), 3)
+    assert pq.read_table(tmp_path / METADATA_EVENTS.name / str(records[METADATA_EVENTS.name]["path"])).num_rows == 5
+    assert "path" not in records[PARTITION_TRANSITIONS.name] and "path" not in records[ANOMALIES.name]
+
+    # the task's writer passes the written files on and writes the packed rows
+    out = stateful_sink.output_files(str(tmp_path), list(records.values()))
+    by_table = {r["table"]: r for r in out}
+    assert by_table[METADATA_EVENTS.name] == records[METADATA_EVENTS.name]
+    assert by_table[PARTITION_TRANSITIONS.name]["rows"] == 4 and by_table[ANOMALIES.name] == records[ANOMALIES.name]
+    assert sorted(p.name for p in (tmp_path / PARTITION_TRANSITIONS.name).iterdir()) == [
+        by_table[PARTITION_TRANSITIONS.name]["path"]]
