@@ -84,8 +84,18 @@ def _watch_peaks(pid: int, worker_pid: int | None, peaks: dict[str, float], stop
         peaks["python_mib"] = max(peaks["python_mib"], _sum_mib([pid]))
         peaks["jvm_mib"] = max(peaks["jvm_mib"], _sum_mib(kids))
         peaks["tree_mib"] = max(peaks["tree_mib"], _sum_mib([pid, *kids], "VmRSS"))
+        java = [k for k in kids if _is_java(k)]  # where the tree's memory is: the JVM apart from the workers
+        peaks["java_rss_mib"] = max(peaks["java_rss_mib"], _sum_mib(java, "VmRSS"))
+        peaks["workers_rss_mib"] = max(peaks["workers_rss_mib"], _sum_mib([k for k in kids if k not in java], "VmRSS"))
         if worker_pid is not None:
             peaks["executors_mib"] = max(peaks["executors_mib"], _sum_mib(_children(worker_pid)))
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
 
 
 def _cli(*args: str, log_to: Path) -> subprocess.Popen[bytes]:
@@ -97,7 +107,8 @@ def rebuild_peak(lake_dir: Path, log_to: Path, conf: Path | None = None,
                  worker_pid: int | None = None) -> dict[str, Any]:
     """`zkledger rebuild` of ``lake_dir`` in its own process: wall time and peak RSS (Python, JVM; with a
     standalone ``worker_pid``, its executors too)."""
-    peaks = {"python_mib": 0.0, "jvm_mib": 0.0, "executors_mib": 0.0, "tree_mib": 0.0}
+    peaks = {"python_mib": 0.0, "jvm_mib": 0.0, "executors_mib": 0.0, "tree_mib": 0.0, "java_rss_mib": 0.0,
+             "workers_rss_mib": 0.0}
     stop = threading.Event()
     start = time.perf_counter()
     proc = _cli(*(("--conf", str(conf)) if conf else ()), "--lake", str(lake_dir), "--cluster", "bench", "-v", "rebuild",
@@ -111,7 +122,8 @@ def rebuild_peak(lake_dir: Path, log_to: Path, conf: Path | None = None,
         raise SystemExit(f"rebuild of {lake_dir} failed (rc {rc}); see {log_to}")
     out = {"wall_s": round(time.perf_counter() - start, 1), "python_peak_mib": round(peaks["python_mib"]),
            "jvm_peak_mib": round(peaks["jvm_mib"]), "peak_mib": round(peaks["python_mib"] + peaks["jvm_mib"]),
-           "tree_peak_mib": round(peaks["tree_mib"])}
+           "tree_peak_mib": round(peaks["tree_mib"]), "java_rss_peak_mib": round(peaks["java_rss_mib"]),
+           "python_workers_rss_peak_mib": round(peaks["workers_rss_mib"])}
     if worker_pid is not None:
         out["executors_peak_mib"] = round(peaks["executors_mib"])
     return out
@@ -178,7 +190,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    f"sample) by history length, baseline = the {base['events']:,}-event run"]
         summary += [f"  {r['events']:>12,} events: {r['tree_peak_mib']:,} MiB, {r['vs_baseline']}x the baseline "
                     f"(high-water marks: Python driver {r['python_peak_mib']:,}, JVM and workers "
-                    f"{r['jvm_peak_mib']:,}); rebuild {r['wall_s']:.0f} s ({r['events'] / r['wall_s']:,.0f} events/s "
+                    f"{r['jvm_peak_mib']:,}; peak resident: JVM {r['java_rss_peak_mib']:,}, Python workers "
+                    f"{r['python_workers_rss_peak_mib']:,}); rebuild {r['wall_s']:.0f} s ({r['events'] / r['wall_s']:,.0f} events/s "
                     f"incl. process and session start), {r['micro_batches']} micro-batch{'es' * (r['micro_batches'] != 1)}" for r in runs]
     summary.append(f"flat within ±{FLAT_WITHIN:.0%}: {'yes' if flat else 'no'}")
     return {"benchmark": NAME, "machine": machine(), "params": {"events": sorted(args.events),
