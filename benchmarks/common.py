@@ -182,22 +182,27 @@ def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, 
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    from engine.stateful import ALL_FILES, PACKED_OUT
-    from engine.stateful_sink import DERIVED, StatefulSink, output_records, packed_records
+    from engine.stateful import ALL_FILES
+    from engine.stateful_sink import (
+        DERIVED,
+        WRITTEN,
+        WRITTEN_ARROW,
+        StatefulSink,
+        output_records,
+        packed_records,
+    )
     from lakehouse import Lake
     from lakehouse.spark_io import stream_table
     from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
     from pipelines.bucket_fold import BUCKET_COLUMN, CLUSTER_STAGE, bucket_of
     from pipelines.keyed_pipeline import by_key
 
-    packed_schema = to_arrow_schema(PACKED_OUT)
     shutil.rmtree(floor_dir, ignore_errors=True)  # a kept --workdir: its commits would be skipped
     floor_dir.mkdir(parents=True)
     packed_path = floor_dir / "packed.parquet"
     output_rows = files = 0
-    with pq.ParquetWriter(packed_path, packed_schema) as out:
+    with pq.ParquetWriter(packed_path, WRITTEN_ARROW) as out:
         for spec in DERIVED:
             if not lake.exists(spec.name):
                 continue
@@ -244,7 +249,7 @@ def io_floor(spark: Any, lake: Any, floor_dir: Path, buckets: int) -> dict[str, 
     read_to_python_s = read(True)
     floor = Lake(floor_dir / "lake", cluster=lake.cluster)
     start = time.perf_counter()
-    StatefulSink(floor, "io-floor")(records.mapInArrow(_KeyWrites(floor.root), PACKED_OUT), 0)
+    StatefulSink(floor, "io-floor")(records.mapInArrow(_KeyWrites(floor.root), WRITTEN), 0)
     write_s = time.perf_counter() - start
     records.unpersist()
     return {"read_s": round(read_s, 3), "read_to_python_s": round(read_to_python_s, 3), "write_s": round(write_s, 3),

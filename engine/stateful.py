@@ -106,9 +106,6 @@ PART_COLUMN = "part"
 PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                           T.StructField(PART_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
 """The operator's input: one task's rows of one ``StreamPart`` for one key, as one Arrow IPC stream."""
-PACKED_OUT = WRITTEN
-"""The operator's output: per key and output table, the file it wrote (a state table's, or enough appended rows
-for a file of their own), or its rows as one Arrow IPC stream (``engine.stateful_sink.key_outputs``)."""
 STATE_BLOB = T.StructType([T.StructField("ipc", T.BinaryType())])
 """One part of a bucket's state (one ``BucketState`` field) as one ValueState: a batch rewrites only the parts
 it changed (a batch that only moves the cluster's clock writes two small values, not the bucket's keys)."""
@@ -169,7 +166,7 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | 
                     kafka_version: str = DEFAULT_KAFKA_VERSION,
                     offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
                     zookeeper_clusters: frozenset[str] = frozenset(), lake_root: str | None = None) -> DataFrame:
-    """Every derived table's rows of the bronze streams (PACKED_OUT): packed, or, with ``lake_root``, the files
+    """Every derived table's rows of the bronze streams as ``WRITTEN`` records: packed, or, with ``lake_root``, the files
     the operator wrote there (``StatefulSink`` commits them).
     ``zookeeper_clusters``: the clusters with a ZooKeeper history, whose KRaft records are not folded
     (``pipelines.kraft_stage.route_kraft_rows``)."""
@@ -179,7 +176,7 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | 
         route = functools.partial(route_kraft_records, zookeeper_clusters=zookeeper_clusters)
         routed = routed.unionByName(kraft.mapInArrow(_Route(route, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
-        statefulProcessor=PipelineProcessor(kafka_version, offline_blip, lake_root), outputStructType=PACKED_OUT,
+        statefulProcessor=PipelineProcessor(kafka_version, offline_blip, lake_root), outputStructType=WRITTEN,
         outputMode="Append",
         timeMode="None")
 

@@ -115,8 +115,7 @@ def key_outputs(lake_root: str, cluster: str, bucket: int, tables: Iterable[tupl
             keyed = (cluster, bucket) if table in _REPLACED_NAMES else None
             records.append(_file_record(lake_root, table, lake.conform(table, rows), cluster, bucket, keyed))
         else:
-            records.append({TABLE_COLUMN: table, "cluster": cluster, BUCKET_COLUMN: bucket,
-                            PACKED_COLUMN: ipc_bytes(rows)})
+            records.extend(packed_records([(table, cluster, bucket, rows)]))
     return records
 
 
