@@ -93,6 +93,7 @@ class MonitorSettings:
     webhook: str
     quality_each_batch: bool
     maintain_every_hours: float
+    table_commit_seconds: float
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "collect.poll_seconds": (lambda v: v > 0, "a positive number"),
     "monitor.webhook": (lambda v: v == "" or v.startswith(("http://", "https://")), "empty or an http(s) URL"),
     "monitor.maintain_every_hours": (lambda v: v >= 0, "a non-negative number (0 = off)"),
+    "monitor.table_commit_seconds": (lambda v: v >= 0, "a non-negative number (0 = in every micro-batch)"),
     "metrics.port": (lambda v: 0 <= v <= 65535, "a port number (0 = off)"),
     "metrics.host": (lambda v: v != "" and "/" not in v, "a host name or address to listen on"),
     "metrics.stale_seconds": (lambda v: v > 0, "a positive number"),

@@ -58,6 +58,7 @@ from engine.stateful_sink import (
     PACKED_COLUMN,
     WRITE_PROPERTY,
     WRITTEN,
+    StagedFiles,
     StatefulSink,
     key_outputs,
     packed_records,
@@ -272,7 +273,8 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
                          available_now: bool = False, processing_time: str | None = None,
                          max_files_per_trigger: int | None = None, max_bytes_per_trigger: str | None = None,
                          publish: Callable[[list[dict[str, Any]]], object] | None = None, quality: bool = False,
-                         maintain_every_s: float = 0.0, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> StreamingQuery:
+                         maintain_every_s: float = 0.0, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
+                         table_commit_s: float = 0.0) -> StreamingQuery:
     """Start the pipeline over ``lake``'s bronze streams, writing every derived table.
 
     ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
@@ -281,7 +283,9 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     control). ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
     the driver with each batch's new anomalies once they are committed. ``quality``: the quality suites on
     each batch's new rows; ``maintain_every_s``: the lake's maintenance between batches this often (0: never);
-    ``offline_blip``: settings ``pipeline.offline_blip_ms`` (an OFFLINE_PARTITION that ends within it is a blip).
+    ``offline_blip``: settings ``pipeline.offline_blip_ms`` (an OFFLINE_PARTITION that ends within it is a blip);
+    ``table_commit_s``: commit every table but the anomalies this often rather than in each micro-batch (0: in
+    each), which ``finish_stateful_query`` completes once the query has stopped.
     """
     if writer_id is None and not (Path(checkpoint) / WRITER_FILE).exists():
         foreign = [spec.name for spec in DERIVED if lake.exists(spec.name) and lake.row_count(spec.name)]
@@ -299,13 +303,15 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     kraft = (stream_table(spark, lake, KRAFT_RECORDS.name, max_files_per_trigger=max_files_per_trigger,
                           max_bytes_per_trigger=max_bytes_per_trigger)
              if reads_kraft(lake, checkpoint) else None)
-    sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s))
+    sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s),
+                        StagedFiles(checkpoint), table_commit_s)
     zookeeper_clusters = lake.clusters(ZNODE_EVENTS.name) if kraft is not None else frozenset()
     writer = (stateful_stream(bronze, decisions, kraft, buckets, kafka_version, offline_blip,
                               zookeeper_clusters, lake.root).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()
+    _SINKS[str(query.id)] = sink
     if id(spark) not in _LOGGED_SESSIONS:  # one listener per session logs every query
         spark.streams.addListener(ProgressLog())
         _LOGGED_SESSIONS.add(id(spark))
@@ -313,6 +319,14 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
 
 
 _LOGGED_SESSIONS: set[int] = set()
+_SINKS: dict[str, StatefulSink] = {}
+
+
+def finish_stateful_query(query: StreamingQuery) -> None:
+    """After the query has stopped: commit what its sink has staged (``table_commit_s``)."""
+    sink = _SINKS.pop(str(query.id), None)
+    if sink is not None:
+        sink.close()
 
 
 class ProgressLog(StreamingQueryListener):

@@ -17,15 +17,24 @@ app transaction ``(writer, batch id)``:
 4. ``partition_state`` last and always (with no file when nothing changed): its commit marks the batch done,
    so a replayed batch that finds it runs the operator (Spark wants its state stores committed) and writes
    nothing (``WRITE_PROPERTY`` tells the operator).
+
+A running monitor (``table_commit_s`` > 0) commits only the anomalies in its micro-batches. The other tables'
+files of each batch go to ``StagedFiles`` beside the query's checkpoint (its entry marks the batch done), and a
+thread of the sink commits every staged batch at once, steps 2-4 as above under the newest batch's id, every
+``table_commit_s`` seconds and when the query ends (``StatefulSink.close``); a state table takes each key's
+newest file. A query started on a checkpoint with staged batches commits them first.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -201,16 +210,124 @@ def _last_items(lists: pa.ChunkedArray) -> pa.Array:
         len(arr), arr.type.value_type)
 
 
+Staged = list[tuple[TableSpec, tuple[str, int] | None, DataFile]]
+"""A batch's files to commit: (table, the key a state table's file replaces, the file)."""
+STAGED_DIR = "zkledger-staged"
+STAGED = "staged"
+"""Crash hook stage after a batch's files are staged: ``ZKLEDGER_LAKE_CRASH=staged:<batch>`` (tests)."""
+_SPECS = {spec.name: spec for spec in DERIVED}
+
+
+class StagedFiles:
+    """The batches a running monitor has written and not committed yet, beside its checkpoint: one JSON file per
+    batch with its files' add-action fields (an entry is written whole, by rename)."""
+
+    def __init__(self, checkpoint: str | Path) -> None:
+        self.folder = Path(checkpoint) / STAGED_DIR
+
+    def _path(self, batch_id: int) -> Path:
+        return self.folder / f"{batch_id:020d}.json"
+
+    def add(self, batch_id: int, files: Staged) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        body = [{TABLE_COLUMN: spec.name, "key": list(key) if key else None, "path": f.path, "size": f.size,
+                 "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms} for spec, key, f in files]
+        part = self._path(batch_id).with_suffix(".part")
+        part.write_text(json.dumps(body))
+        os.replace(part, self._path(batch_id))
+
+    def holds(self, batch_id: int) -> bool:
+        return self._path(batch_id).exists()
+
+    def batches(self) -> list[tuple[int, Staged]]:
+        """Every staged batch, oldest first."""
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for path in sorted(self.folder.glob("*.json")):
+            files: Staged = []
+            for f in json.loads(path.read_text()):
+                spec = _SPECS[f[TABLE_COLUMN]]
+                files.append((spec, tuple(f["key"]) if f["key"] else None,
+                              DataFile(spec.name, f["path"], f["size"], f["rows"], f["stats"], f["modified_ms"])))
+            out.append((int(path.stem), files))
+        return out
+
+    def remove(self, batch_ids: Iterable[int]) -> None:
+        for batch_id in batch_ids:
+            self._path(batch_id).unlink(missing_ok=True)
+
+
+def newest_per_key(batches: Sequence[tuple[int, Staged]]) -> tuple[Staged, list[DataFile]]:
+    """Several batches' files as one commit's: every appended file, and of a state table each key's newest file
+    (the others, never committed, are returned to delete)."""
+    appended: Staged = []
+    newest: dict[tuple[str, tuple[str, int]], tuple[TableSpec, tuple[str, int], DataFile]] = {}
+    superseded: list[DataFile] = []
+    for _, files in sorted(batches, key=lambda b: b[0]):
+        for spec, key, f in files:
+            if key is None:
+                appended.append((spec, key, f))
+                continue
+            older = newest.get((spec.name, key))
+            if older is not None:
+                superseded.append(older[2])
+            newest[(spec.name, key)] = (spec, key, f)
+    return appended + list(newest.values()), superseded
+
+
 class StatefulSink:
     """``foreachBatch`` sink of the stateful query: a micro-batch's tables into the lake, each once per batch
     id (see the module's docstring for the order)."""
 
     def __init__(self, lake: Lake, writer_id: str, publish: Callable[[list[dict[str, Any]]], object] | None = None,
-                 quality: bool = False, maintenance: MaintenanceSchedule | None = None) -> None:
+                 quality: bool = False, maintenance: MaintenanceSchedule | None = None,
+                 staged: StagedFiles | None = None, table_commit_s: float = 0.0) -> None:
         self.lake, self.writer_id, self.publish = lake, writer_id, publish
         self.quality, self.maintenance = quality, maintenance
         self._known: set[str] | None = None  # committed anomaly ids, read at the first batch
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stateful-sink")
+        self.staged, self.table_commit_s = staged, table_commit_s
+        self._committing = threading.Lock()  # one commit of the staged batches at a time
+        self._closed = threading.Event()
+        self._committer: threading.Thread | None = None
+        if staged is not None:
+            self.commit_staged()  # a killed monitor's batches first: they are done, and older than any to come
+            if table_commit_s > 0:
+                self._committer = threading.Thread(target=self._commit_staged_every, name="stateful-sink-committer",
+                                                   daemon=True)
+                self._committer.start()
+
+    def _commit_staged_every(self) -> None:
+        while not self._closed.wait(self.table_commit_s):
+            try:
+                self.commit_staged()
+            except Exception:  # the batches stay staged; the next turn tries again
+                log.exception("committing the staged batches failed; they stay staged")
+
+    def close(self) -> None:
+        """Stop committing staged batches periodically, then commit what is staged (the query has ended)."""
+        self._closed.set()
+        if self._committer is not None:
+            self._committer.join()
+        self.commit_staged()
+
+    def commit_staged(self) -> int:
+        """Commit every staged batch as one commit per table, under the newest batch's id; returns how many."""
+        if self.staged is None:
+            return 0
+        with self._committing:
+            batches = self.staged.batches()
+            if not batches:
+                return 0
+            files, superseded = newest_per_key(batches)
+            newest = batches[-1][0]
+            self._commit_tables(files, newest)
+            for f in superseded:  # never committed, so never read
+                Path(self.lake.table_path(f.table), f.path).unlink(missing_ok=True)
+            self.staged.remove(b for b, _ in batches)
+            log.info("stateful query: committed staged batches %d-%d (%d files)", batches[0][0], newest, len(files))
+            return len(batches)
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
         began = step = time.monotonic()
@@ -222,7 +339,8 @@ class StatefulSink:
 
         spark = records.sparkSession
         last = self.lake.last_batch_seq(PARTITION_STATE.name, self.writer_id)
-        if last is not None and last >= batch_id:  # every commit of this batch is in: a replay writes nothing
+        staged = self.staged is not None and self.staged.holds(batch_id)
+        if staged or (last is not None and last >= batch_id):  # the batch is done: a replay writes nothing
             # the operator still runs: Spark requires every state store partition to commit each batch
             spark.sparkContext.setLocalProperty(WRITE_PROPERTY, "false")
             records.write.format("noop").mode("overwrite").save()
@@ -250,15 +368,28 @@ class StatefulSink:
 
     def commit(self, got: pa.Table, batch_id: int) -> tuple[dict[str, list[tuple[tuple[str, int] | None, DataFile]]],
                                                             pa.Table]:
-        """Commit a batch's outputs (``output_records``) in the sink's order; returns its files by table and its
-        new anomalies."""
+        """Commit a batch's outputs (``output_records``) in the sink's order, or with ``table_commit_s`` its
+        anomalies and stage the rest; returns its files by table and its new anomalies."""
         new = self._commit_anomalies(got, batch_id)
         files = self._files(got)
-        others = [spec for spec in (*APPENDED, *REPLACED[:-1]) if files.get(spec.name)]
-        for done in [self._pool.submit(self._commit, spec, files[spec.name], batch_id) for spec in others]:
-            done.result()
-        self._commit(PARTITION_STATE, files.get(PARTITION_STATE.name, []), batch_id)
+        listed: Staged = [(_SPECS[table], key, f) for table, keyed in files.items() for key, f in keyed]
+        if self.staged is not None and self.table_commit_s > 0:
+            self.staged.add(batch_id, listed)
+            crash_point(STAGED, batch_id)
+        else:
+            self._commit_tables(listed, batch_id)
         return files, new
+
+    def _commit_tables(self, files: Staged, batch_id: int) -> None:
+        """Every table but the anomalies: the appended tables side by side, then the state tables,
+        ``partition_state`` last and always (it marks the batch done)."""
+        by_table: dict[str, list[tuple[tuple[str, int] | None, DataFile]]] = {}
+        for spec, key, f in files:
+            by_table.setdefault(spec.name, []).append((key, f))
+        others = [spec for spec in (*APPENDED, *REPLACED[:-1]) if by_table.get(spec.name)]
+        for done in [self._pool.submit(self._commit, spec, by_table[spec.name], batch_id) for spec in others]:
+            done.result()
+        self._commit(PARTITION_STATE, by_table.get(PARTITION_STATE.name, []), batch_id)
 
     def _files(self, got: pa.Table) -> dict[str, list[tuple[tuple[str, int] | None, DataFile]]]:
         files: dict[str, list[tuple[tuple[str, int] | None, DataFile]]] = {}

@@ -14,15 +14,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine.local_run import run_local
-from engine.monitor import drain_monitor
+from engine.monitor import drain_monitor, start_monitor, stop_monitor
 from engine.stateful import checkpoint_writer, stateful_checkpoint
-from engine.stateful_sink import COMMITTED, DERIVED
+from engine.stateful_sink import COMMITTED, DERIVED, STAGED, StagedFiles
 from lakehouse import Lake
 from lakehouse.lake import CRASH_ENV
 from tests.conftest import assert_same_tables
@@ -124,3 +125,55 @@ def test_rebuild_killed_after_each_commit_is_finished_by_the_monitor(spark: Any,
 def _data_files(lake: Lake) -> set[str]:
     """The derived tables' data files, committed or not (the Delta logs apart)."""
     return {str(f.relative_to(lake.root)) for spec in DERIVED for f in Path(lake.table_path(spec.name)).glob("*.parquet")}
+
+
+@pytest.mark.parametrize("crash", [f"{STAGED}:1", f"{COMMITTED}metadata_events:1"])
+def test_monitor_killed_with_staged_batches_recovers(spark: Any, clean: Lake, first_batch: Lake, tmp_path: Path,
+                                                     crash: str) -> None:
+    """A running monitor commits the anomalies in its micro-batch and stages the rest: killed after staging,
+    or while committing what it staged, its restart commits the staged batch and replays nothing."""
+    shutil.copytree(first_batch.root, tmp_path / "lake")
+    lake = Lake(tmp_path / "lake", cluster="test")
+    znodes, decisions = _history()
+    lake.append("znode_events", znodes[len(znodes) // 2:], writer_id="t", batch_seq=2)
+    lake.append("controller_decisions", decisions, writer_id="t", batch_seq=1)
+    conf = tmp_path / "staged.toml"
+    conf.write_text("[monitor]\ntable_commit_seconds = 0.5\n")
+    killed = _cli(lake, "--conf", str(conf), "monitor", crash=crash)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    checkpoint = stateful_checkpoint(None, lake.root)
+    writer = checkpoint_writer(checkpoint)
+    assert lake.last_batch_seq("anomalies", writer) == 1  # committed in its micro-batch
+    assert lake.last_batch_seq("partition_state", writer) == 0  # the rest staged, or half committed
+    assert [b for b, _ in StagedFiles(checkpoint).batches()] == [1]
+    written = _data_files(lake)
+
+    drain_monitor(spark, lake, checkpoint)  # the restart: commits the staged batch first, replays nothing
+    assert_same_tables(lake, clean, DERIVED_TABLES)
+    assert StagedFiles(checkpoint).batches() == []
+    assert _data_files(lake) == written
+
+
+def test_a_running_monitor_commits_its_anomalies_at_once_and_the_rest_when_due(
+        spark: Any, clean: Lake, first_batch: Lake, tmp_path: Path) -> None:
+    shutil.copytree(first_batch.root, tmp_path / "lake")
+    lake = Lake(tmp_path / "lake", cluster="test")
+    znodes, decisions = _history()
+    lake.append("znode_events", znodes[len(znodes) // 2:], writer_id="t", batch_seq=2)
+    lake.append("controller_decisions", decisions, writer_id="t", batch_seq=1)
+    checkpoint = stateful_checkpoint(None, lake.root)
+    writer = checkpoint_writer(checkpoint)
+    query = start_monitor(spark, lake, checkpoint, trigger_seconds=0.5, table_commit_s=3600)
+    try:
+        deadline = time.monotonic() + 300
+        while lake.last_batch_seq("anomalies", writer) != 1:
+            assert time.monotonic() < deadline and query.isActive, "the monitor's batch 1 never committed"
+            time.sleep(0.2)
+        # its one Delta commit: the other tables hold batch 0 at most until what is staged is committed
+        assert all(lake.last_batch_seq(name, writer) in (None, 0) for name in DERIVED_TABLES if name != "anomalies")
+        assert [b for b, _ in StagedFiles(checkpoint).batches()] == [1]
+    finally:
+        stop_monitor(query)
+    assert StagedFiles(checkpoint).batches() == []
+    assert lake.last_batch_seq("partition_state", writer) == 1
+    assert_same_tables(lake, clean, DERIVED_TABLES)

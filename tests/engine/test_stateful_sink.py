@@ -139,3 +139,29 @@ def test_a_key_writes_its_state_and_its_large_appended_rows_itself_and_packs_the
     assert by_table[PARTITION_TRANSITIONS.name]["rows"] == 4 and by_table[ANOMALIES.name] == records[ANOMALIES.name]
     assert sorted(p.name for p in (tmp_path / PARTITION_TRANSITIONS.name).iterdir()) == [
         by_table[PARTITION_TRANSITIONS.name]["path"]]
+
+
+def test_staged_batches_commit_as_one_every_appended_file_and_each_key_s_newest_state(tmp_path: Path) -> None:
+    from engine.stateful_sink import StagedFiles, newest_per_key
+    from lakehouse.files import DataFile
+    from models.tables import METADATA_EVENTS, PARTITION_STATE
+
+    def f(table: str, name: str) -> DataFile:
+        return DataFile(table, name, 10, 1, "{}", 0)
+
+    staged = StagedFiles(tmp_path / "ckpt")
+    assert staged.batches() == [] and not staged.holds(3)
+    staged.add(4, [(METADATA_EVENTS, None, f(METADATA_EVENTS.name, "m4")),
+                   (PARTITION_STATE, ("c", 1), f(PARTITION_STATE.name, "s4-1"))])
+    staged.add(3, [(METADATA_EVENTS, None, f(METADATA_EVENTS.name, "m3")),
+                   (PARTITION_STATE, ("c", 1), f(PARTITION_STATE.name, "s3-1")),
+                   (PARTITION_STATE, ("c", 2), f(PARTITION_STATE.name, "s3-2"))])
+    assert staged.holds(3) and [b for b, _ in staged.batches()] == [3, 4]  # oldest first, read back whole
+
+    files, superseded = newest_per_key(staged.batches())
+    assert sorted((spec.name, key, df.path) for spec, key, df in files) == [
+        (METADATA_EVENTS.name, None, "m3"), (METADATA_EVENTS.name, None, "m4"),
+        (PARTITION_STATE.name, ("c", 1), "s4-1"), (PARTITION_STATE.name, ("c", 2), "s3-2")]
+    assert [df.path for df in superseded] == ["s3-1"]  # never committed: deleted after the commit
+    staged.remove([3, 4])
+    assert staged.batches() == [] and not staged.holds(4)

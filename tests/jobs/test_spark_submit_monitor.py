@@ -72,7 +72,8 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
     run_local(local)
 
     conf = tmp_path / "cluster.toml"
-    conf.write_text("[pipeline]\nbuckets = 4\n\n[streaming]\nmax_files_per_trigger = 1\n", encoding="utf-8")
+    conf.write_text("[pipeline]\nbuckets = 4\n\n[streaming]\nmax_files_per_trigger = 1\n\n[monitor]\ntable_commit_seconds = 1.0\n",
+                    encoding="utf-8")
     job = [*submit_command(standalone_cluster.url, tmp_path, cores=2), str(ROOT / "jobs" / "monitor.py"), "--conf", str(conf),
            "--lake", remote.root, "--cluster", remote.cluster]
     first_log = tmp_path / "monitor-1.log"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -55,14 +57,16 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
             raise UserError(str(exc)) from exc
         publish = alerter.publish if metrics is None else _counted(alerter.publish, metrics)
         spark = ctx.spark("zkledger-monitor")
-        watch = None if metrics is None else LakeWatch(ctx.lake, metrics)  # its baseline: before the query
+        table_commit_s = ctx.settings.monitor.table_commit_seconds
+        watch = None if metrics is None else LakeWatch(ctx.lake, metrics, table_commit_s)  # baseline: before the query
         query = start_monitor(spark, ctx.lake,
                               stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
                               trigger_seconds=trigger, available_now=args.available_now,
                               buckets=ctx.settings.pipeline.buckets, publish=publish, quality=quality,
                               max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
                               maintain_every_s=3600 * maintain_hours,
-                              offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms))
+                              offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms),
+                              table_commit_s=table_commit_s)
         if watch is not None:
             watch.listen(spark, query)
         _until_stopped(query, alerter, watch)
@@ -72,8 +76,12 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
 
 
 def _until_stopped(query: Any, alerter: Any, watch: LakeWatch | None = None) -> None:
-    """Wait for the streaming query (Ctrl-C stops it), then let the alerter deliver what it holds. With metrics,
-    the wait turns every second: the loop /healthz watches, and the lake read after each micro-batch."""
+    """Wait for the streaming query (Ctrl-C stops it), commit what it staged, then let the alerter deliver what
+    it holds. With metrics, the wait turns every second: the loop /healthz watches, and the lake read after each
+    micro-batch."""
+    from engine.monitor import stop_monitor
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop ends it as Ctrl-C does
     try:
         if watch is None:
             query.awaitTermination()
@@ -82,9 +90,15 @@ def _until_stopped(query: Any, alerter: Any, watch: LakeWatch | None = None) -> 
                 watch.turn(query)
             watch.turn(query)
     except KeyboardInterrupt:
-        query.stop()
+        pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop_monitor(query)  # commits what the last micro-batches staged
         alerter.close()
+
+
+def _interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _counted(publish: Callable[[list[dict[str, Any]]], object],
@@ -107,12 +121,14 @@ class LakeWatch:
     A listener on the session takes each progress event of the query (duration, rows read per bronze table)
     and marks the lake as changed; the command's wait loop then reads the derived tables' Delta logs (no data):
     the rows of the files added since the last look, by table, and the newest ``event_time`` of
-    ``metadata_events``. The files present at start are the baseline, not counted."""
+    ``metadata_events``; once more ``table_commit_s`` after the last micro-batch, when the tables it staged have
+    been committed. The files present at start are the baseline, not counted."""
 
-    def __init__(self, lake: Lake, metrics: Metrics) -> None:
-        self.lake, self.metrics = lake, metrics
+    def __init__(self, lake: Lake, metrics: Metrics, table_commit_s: float = 0.0) -> None:
+        self.lake, self.metrics, self.table_commit_s = lake, metrics, table_commit_s
         self.files: dict[str, set[str]] = {}
         self.changed = threading.Event()
+        self.look_again_at: float | None = None
         self.query_id: str | None = None
         self._read(count=False)
 
@@ -160,6 +176,10 @@ class LakeWatch:
         self.metrics.loop_turned()
         if self.changed.is_set():
             self.changed.clear()
+            self._read(count=True)
+            self.look_again_at = time.monotonic() + self.table_commit_s + 1 if self.table_commit_s else None
+        elif self.look_again_at is not None and time.monotonic() >= self.look_again_at:
+            self.look_again_at = None
             self._read(count=True)
 
     def _read(self, count: bool) -> None:
