@@ -7,13 +7,18 @@ shipped buckets and admission control, over a lake whose bronze ``znode_events``
 history: ``benchmarks.storm`` for --partitions partitions (RF 3), which the query absorbs in its first, large
 micro-batch. Then, while it runs, the benchmark appends bronze commits of exactly N events each, every one a
 legal continuation of that history: a partition-state SET that moves a partition's leader to the other member
-of its ISR with the leader epoch bumped, round the partitions, so the fold, the transitions and the MERGEs do
-real work. Each commit waits for the micro-batch that reads it. Two figures per micro-batch:
+of its ISR with the leader epoch bumped, round the partitions, so the fold, the transitions and the state
+tables do real work. Each commit waits for the micro-batch that reads it. Two figures per micro-batch:
 
 - trigger: the query's own ``durationMs.triggerExecution`` of the batch (``recentProgress``), which also checks
   that the batch read exactly N rows;
-- end-to-end: from the bronze commit (delta-rs returned) to the last derived table's new commit visible in its
-  ``_delta_log`` (polled every --poll s); it includes the wait for the next trigger (up to --trigger s).
+- end-to-end: from the bronze commit (delta-rs returned) to the batch being done (polled every --poll s): its
+  files staged beside the checkpoint (the shipped monitor commits the tables other than the anomalies every
+  ``monitor.table_commit_seconds``, ``--table-commit-seconds``), or with 0 its ``partition_state`` commit; it
+  includes the wait for the next trigger (up to --trigger s).
+
+It also counts the derived tables' Delta commits while measuring, the final commit of what is staged included,
+per micro-batch.
 
 Baseline, same run, same commits: the streaming floor (``benchmarks.streaming_floor``, run in this process and
 session): Delta's streaming source over ``znode_events``, a filter, one Delta append per micro-batch in
@@ -92,6 +97,9 @@ def continuation(cluster: str, partitions: int, first: int, n: int) -> pa.Table:
     })
 
 
+STAGED_KEY = "staged"
+
+
 def _log_version(log_dir: Path) -> int:
     """The newest commit in a ``_delta_log`` (-1: none yet)."""
     if not log_dir.is_dir():
@@ -107,11 +115,20 @@ class Monitored:
     lake: Any
     query: Any
     logs: list[Path]
+    done_markers: frozenset[str]  # a batch is done when one of these is visible: a table's commit, or "staged"
+    staged: Path | None = None  # the folder of the sink's staged batches (table_commit_s > 0)
     done_batch: int = -1  # the last batch id accounted for
     seq: int = 0  # batch_seq of the next bronze commit
 
     def versions(self) -> dict[Path, int]:
         return {d: _log_version(d) for d in self.logs}
+
+    def staged_entries(self) -> set[str]:
+        return {p.name for p in self.staged.glob("*.json")} if self.staged is not None and self.staged.is_dir() else set()
+
+    def commits(self) -> int:
+        """Delta commits so far, over every watched table."""
+        return sum(_log_version(d) + 1 for d in self.logs)
 
 
 def _new_batches(m: Monitored) -> list[dict[str, Any]]:
@@ -127,8 +144,10 @@ def _new_batches(m: Monitored) -> list[dict[str, Any]]:
 
 def await_rows(m: Monitored, rows: int, versions: dict[Path, int], poll_s: float, timeout_s: float) -> dict[str, Any]:
     """Wait until ``m``'s query has finished micro-batches reading ``rows`` bronze rows (committed just
-    before); the batches' progress and when each watched table's commit after ``versions`` became visible."""
+    before); the batches' progress and when each watched table's commit after ``versions`` (and a new staged
+    batch) became visible."""
     start = time.perf_counter()
+    staged_before = m.staged_entries()
     visible: dict[str, float] = {}
     batches: dict[int, dict[str, Any]] = {}
     tick = 0
@@ -137,6 +156,8 @@ def await_rows(m: Monitored, rows: int, versions: dict[Path, int], poll_s: float
         for d, v in versions.items():
             if d.parent.name not in visible and (d / f"{v + 1:020d}.json").exists():
                 visible[d.parent.name] = now
+        if m.staged is not None and STAGED_KEY not in visible and m.staged_entries() - staged_before:
+            visible[STAGED_KEY] = now
         if tick % 10 == 0:  # progress over py4j: less often than the file checks
             batches.update((p["batchId"], p) for p in _new_batches(m))
         if now > timeout_s:
@@ -149,9 +170,10 @@ def await_rows(m: Monitored, rows: int, versions: dict[Path, int], poll_s: float
             visible[d.parent.name] = end
     m.done_batch = max(batches)
     got = [batches[b] for b in sorted(batches)]
+    done = [s for k, s in visible.items() if k in m.done_markers]
     return {"batch_ids": sorted(batches), "input_rows": sum(int(p["numInputRows"]) for p in got),
             "trigger_s": round(sum(p["durationMs"]["triggerExecution"] for p in got) / 1000, 3),
-            "end_to_end_s": round(max(visible.values()), 3) if visible else None,
+            "end_to_end_s": round(min(done), 3) if done else None,
             "first_visible_s": round(min(visible.values()), 3) if visible else None,
             "visible_s": {t: round(s, 3) for t, s in sorted(visible.items(), key=lambda kv: kv[1])},
             "duration_ms": [p["durationMs"] for p in got]}
@@ -225,14 +247,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.storm import write_storm
     from benchmarks.streaming_floor import FLOOR_TABLE
     from conf.settings import load_settings
-    from engine.stateful import start_stateful_query
-    from engine.stateful_sink import DERIVED
+    from engine.stateful import finish_stateful_query, start_stateful_query
+    from engine.stateful_sink import DERIVED, STAGED_DIR
     from lakehouse import Lake
-    from models.tables import ANOMALIES, METADATA_EVENTS
+    from models.tables import ANOMALIES, PARTITION_STATE
 
     sizes = [int(s) for s in args.sizes.split(",")]
     settings = load_settings()
     buckets = args.buckets or settings.pipeline.buckets
+    table_commit_s = (args.table_commit_seconds if args.table_commit_seconds is not None
+                      else settings.monitor.table_commit_seconds)
     source_before = source_state()
     started_at = datetime.now(UTC)
     t = Timer()
@@ -246,27 +270,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with t.phase("stateful_base"):  # the first, large micro-batch: the history
             query = start_stateful_query(spark, lakes["stateful"], work / "ckpt-stateful", buckets=buckets,
                                          processing_time=f"{args.trigger} seconds",
-                                         max_files_per_trigger=settings.streaming.max_files_per_trigger)
+                                         max_files_per_trigger=settings.streaming.max_files_per_trigger,
+                                         table_commit_s=table_commit_s)
             stateful = Monitored("stateful", lakes["stateful"], query,
-                                 [Path(lakes["stateful"].table_path(s.name)) / "_delta_log" for s in DERIVED])
+                                 [Path(lakes["stateful"].table_path(s.name)) / "_delta_log" for s in DERIVED],
+                                 frozenset({STAGED_KEY, PARTITION_STATE.name}),
+                                 work / "ckpt-stateful" / STAGED_DIR if table_commit_s > 0 else None)
             stateful_base = await_rows(stateful, base, stateful.versions(), args.poll, args.timeout)
         with t.phase("floor_base"):
             floor_query, floor_thread = start_floor(spark, lakes["floor"], args.trigger, {str(query.id)})
-            floor = Monitored("floor", lakes["floor"], floor_query, [work / "floor" / FLOOR_TABLE / "_delta_log"])
+            floor = Monitored("floor", lakes["floor"], floor_query, [work / "floor" / FLOOR_TABLE / "_delta_log"],
+                              frozenset({FLOOR_TABLE}))
             floor_base = await_rows(floor, base, floor.versions(), args.poll, args.timeout)
         offset = 0
         measured: dict[str, list[dict[str, Any]]] = {"stateful": [], "floor": []}
+        commits_before = stateful.commits()
         try:
             with t.phase("steps"):
                 for round_no in range(args.warmup_rounds + args.repeats):
+                    if round_no == args.warmup_rounds:
+                        commits_before = stateful.commits()
                     for n in sizes:  # sizes interleaved, each commit to both queries in turn: drift hits all
                         rows = continuation("bench", args.partitions, offset, n)
                         offset += n
                         for m in (stateful, floor):
-                            before = m.lake.row_count(METADATA_EVENTS.name) if m is stateful else 0
                             step = commit_and_wait(m, rows, args) | {"round": round_no}
-                            if m is stateful:
-                                step["metadata_events_added"] = m.lake.row_count(METADATA_EVENTS.name) - before
                             if round_no >= args.warmup_rounds:
                                 measured[m.name].append(step)
                             log.info("%s round %d, %d events: trigger %.2f s, end-to-end %s s", m.name, round_no, n,
@@ -274,14 +302,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for q in (query, floor_query):
                 q.stop()
+            finish_stateful_query(query)  # what the stateful sink staged: its commits count too
             floor_thread.join(timeout=60)
+        batches = sum(len(step["batch_ids"]) for step in measured["stateful"])
+        commits = {"delta_commits": stateful.commits() - commits_before, "micro_batches": batches,
+                   "per_micro_batch": round((stateful.commits() - commits_before) / max(batches, 1), 2)}
         anomalies = lakes["stateful"].row_count(ANOMALIES.name)
         spark.stop()
     source_after = source_state()
     wall = round(sum(t.wall.values()), 1)
     return report(args, sizes, base, measured, {"stateful": stateful_base, "floor": floor_base}, anomalies,
                   {"started_at": started_at.isoformat(timespec="seconds"), "wall_s": t.wall, "total_s": wall,
-                   "buckets": buckets, "source_before": source_before, "source_after": source_after})
+                   "buckets": buckets, "source_before": source_before, "source_after": source_after,
+                   "table_commit_s": table_commit_s, "commits": commits})
 
 
 def report(args: argparse.Namespace, sizes: list[int], base: int, measured: dict[str, list[dict[str, Any]]],
@@ -306,11 +339,15 @@ def report(args: argparse.Namespace, sizes: list[int], base: int, measured: dict
     summary = [
         f"base: benchmarks.storm, {args.partitions:,} partitions (RF 3), {base:,} bronze events; absorbed in "
         f"{bases['stateful']['trigger_s']} s (stateful) and {bases['floor']['trigger_s']} s (floor)",
-        f"monitor: engine.stateful.start_stateful_query, {info['buckets']} buckets, trigger {args.trigger} s; "
+        f"monitor: engine.stateful.start_stateful_query, {info['buckets']} buckets, trigger {args.trigger} s, "
+        f"tables other than the anomalies committed every {info['table_commit_s']} s; "
         f"floor: benchmarks.streaming_floor; {args.repeats} commits per size after {args.warmup_rounds} warm-up "
         f"round(s); medians (trigger: the batch's durationMs.triggerExecution; end-to-end: bronze commit -> "
-        f"the batch's last table commit visible)",
+        f"the batch done: its files staged, or partition_state's commit visible)",
         header, *table,
+        f"Delta commits of the derived tables while measuring: {info['commits']['delta_commits']} for "
+        f"{info['commits']['micro_batches']} micro-batches ({info['commits']['per_micro_batch']} per micro-batch; "
+        f"in a micro-batch itself: its new anomalies' commit, if any)",
         f"anomalies written by the stateful query: {anomalies}; git {before['commit']}"
         + (f" (at the end {after['commit']})" if after["commit"] != before["commit"] else "")
         + f"; engine/ modified: {before['engine_status'] or 'no'} at start, {after['engine_status'] or 'no'} at end; "
@@ -329,6 +366,7 @@ def report(args: argparse.Namespace, sizes: list[int], base: int, measured: dict
                    "poll_s": args.poll},
         "base_events": base, "base_batch": bases, "medians": medians, "steps": measured,
         "anomalies": anomalies, "wall_s": info["wall_s"], "total_s": info["total_s"], "summary": summary,
+        "table_commit_s": info["table_commit_s"], "commits": info["commits"],
     }
 
 
@@ -341,6 +379,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-rounds", type=int, default=1, help="unmeasured rounds of every size first (default 1)")
     p.add_argument("--trigger", type=float, default=1.0, help="processing-time trigger of both queries, s (default 1)")
     p.add_argument("--buckets", type=int, default=None, help="stateful key buckets (default: settings pipeline.buckets)")
+    p.add_argument("--table-commit-seconds", type=float, default=None,
+                   help="commit the tables other than the anomalies this often, s (default: settings "
+                        "monitor.table_commit_seconds; 0 = in every micro-batch)")
     p.add_argument("--poll", type=float, default=0.02, help="_delta_log poll interval, s (default 0.02)")
     p.add_argument("--timeout", type=float, default=900.0, help="max seconds for one micro-batch (default 900)")
     return p

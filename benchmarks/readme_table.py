@@ -82,8 +82,11 @@ def _microbatch_cost(r: Result) -> list[Row]:
     def each(side: str, unit: str) -> str:
         return " / ".join(fixed(m[k][side]["trigger_s"], 2) + (unit if side == "ratio" else "") for k in keys)
 
+    commits = r.get("commits")
+    spent = (f"; {commits['per_micro_batch']:g} Delta commits per micro-batch (the tables but the anomalies "
+             f"committed every {r['table_commit_s']:g} s)" if commits else "")
     return [(f"a running monitor's micro-batch of {sizes(p['sizes'])} events (median of {p['repeats']} each, "
-             f"trigger {p['trigger_s']:g} s)", "", each("stateful", "") + " s",
+             f"trigger {p['trigger_s']:g} s)", "", each("stateful", "") + " s" + spent,
              "the least streaming query (Delta's source, a filter, one Delta commit), same commits: "
              f"{each('floor', '')} s", each("ratio", "x"))]
 

@@ -294,8 +294,10 @@ def test_the_monitors_series_arrive_with_the_lakes_numbers_and_the_critical_aler
     kinds = {r["kind"] for r in stack.lake.read_arrow("anomalies").to_pylist() if r["severity"] == "critical"}
     assert "ZOMBIE_CONTROLLER_WRITE" in kinds
     assert (stack.scalar('zkledger_anomalies_total{kind="ZOMBIE_CONTROLLER_WRITE",severity="critical"}') or 0) >= 1
-    metadata = stack.lake.row_count("metadata_events")
-    assert stack.scalar('sum(zkledger_monitor_rows_written_total{table="metadata_events"})') == metadata
+    # the other tables follow the anomalies within monitor.table_commit_seconds, and the series follow them
+    written = 'sum(zkledger_monitor_rows_written_total{table="metadata_events"})'
+    wait_until(lambda: stack.lake.row_count("metadata_events") and stack.scalar(written) == stack.lake.row_count(
+        "metadata_events"), stack, f"{written} == the committed metadata_events rows", 60)
     assert (stack.scalar('zkledger_monitor_batch_duration_seconds_count{job="zkledger-monitor"}') or 0) >= 1
     newest = max(r["event_time"] for r in stack.lake.read_arrow("metadata_events").to_pylist() if r["event_time"])
     assert stack.scalar('zkledger_monitor_committed_event_time_seconds{job="zkledger-monitor"}') == pytest.approx(newest.timestamp(), abs=1e-3)
