@@ -83,8 +83,9 @@ def _microbatch_cost(r: Result) -> list[Row]:
         return " / ".join(fixed(m[k][side]["trigger_s"], 2) + (unit if side == "ratio" else "") for k in keys)
 
     commits = r.get("commits")
-    spent = (f"; {commits['per_micro_batch']:g} Delta commits per micro-batch (the tables but the anomalies "
-             f"committed every {r['table_commit_s']:g} s)" if commits else "")
+    spent = (f"; in a micro-batch at most one Delta commit, its new anomalies ({commits['anomalies']} here); the "
+             f"other tables every {r['table_commit_s']:g} s: {commits['other_tables_per_micro_batch']:g} commits "
+             f"per micro-batch" if commits else "")
     return [(f"a running monitor's micro-batch of {sizes(p['sizes'])} events (median of {p['repeats']} each, "
              f"trigger {p['trigger_s']:g} s)", "", each("stateful", "") + " s" + spent,
              "the least streaming query (Delta's source, a filter, one Delta commit), same commits: "
