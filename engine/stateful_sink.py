@@ -50,13 +50,12 @@ from lakehouse.lake import Lake, crash_point
 from lakehouse.spark_schema import spark_arrow_schema, spark_schema
 from models.tables import (
     ANOMALIES,
-    CONTROLLER_TENURE,
     DECODE_QUARANTINE,
     DERIVED_TABLES,
+    KEYED_STATE_TABLES,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
-    REPLICA_STATE,
     REPLICA_TRANSITIONS,
     TableSpec,
 )
@@ -71,8 +70,9 @@ TABLE_COLUMN, PACKED_COLUMN = "table", "packed"
 COMMITTED = "committed_"
 """Crash hook stage after a table's commit: ``ZKLEDGER_LAKE_CRASH=committed_<table>:<batch>`` (tests)."""
 APPENDED: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
-REPLACED: tuple[TableSpec, ...] = (CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
+REPLACED: tuple[TableSpec, ...] = KEYED_STATE_TABLES
 """Tables a key writes whole (its state): its new file replaces its old one. ``partition_state`` last."""
+assert REPLACED[-1] is PARTITION_STATE  # the batch's done-marker is committed last
 WRITTEN = T.StructType([
     T.StructField(TABLE_COLUMN, T.StringType()), T.StructField("cluster", T.StringType()),
     T.StructField(BUCKET_COLUMN, T.IntegerType()), T.StructField("path", T.StringType()),

@@ -54,12 +54,13 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import CommitFailedError
 
-from models.tables import ALL_TABLES
+from models.tables import ALL_TABLES, KEYED_STATE_TABLES
 
 if TYPE_CHECKING:
     from lakehouse.lake import Lake
 
 log = logging.getLogger(__name__)
+KEYED_NAMES = frozenset(spec.name for spec in KEYED_STATE_TABLES)
 
 SHARED_FEATURES: frozenset[str] = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed",
                                              "timestampNtz"})
@@ -244,7 +245,8 @@ def check_retention(retention_hours: int, allow_short_retention: bool) -> None:
 def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RETENTION_HOURS,
                    allow_short_retention: bool = False, stream_floor: int | None = None,
                    zorder: bool | None = None, target_size: int | None = None) -> TableReport:
-    """Compact (and Z-order on zxid where it pays off), checkpoint and VACUUM one table, all with delta-rs.
+    """Compact (and Z-order on zxid where it pays off), checkpoint and VACUUM one table, all with delta-rs. The
+    state tables held as a file per key (``KEYED_STATE_TABLES``) are checkpointed and vacuumed only.
 
     ``stream_floor``: the oldest version a streaming query still reads; the retention grows to keep it.
     ``zorder``: None decides by the table's zxid depth; True/False forces it. Raises
@@ -259,12 +261,14 @@ def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RET
     dt = DeltaTable(path)
     check_shared_protocol(dt)
     report.files_before = len(dt.file_uris())
-    metrics = dt.optimize.compact(target_size=target_size, writer_properties=_writer_properties())
-    report.files_compacted = int(metrics.get("numFilesRemoved", 0))
-    dt.update_incremental()
+    keyed = table in KEYED_NAMES  # one file per key, replaced by its name: never rewritten here
+    if not keyed:
+        metrics = dt.optimize.compact(target_size=target_size, writer_properties=_writer_properties())
+        report.files_compacted = int(metrics.get("numFilesRemoved", 0))
+        dt.update_incremental()
     report.zxid_depth = zxid_depth(dt)
     cluster = zorder if zorder is not None else (report.zxid_depth or 0.0) > ZORDER_MIN_DEPTH
-    if cluster and report.zxid_depth is not None:
+    if cluster and not keyed and report.zxid_depth is not None:
         metrics = dt.optimize.z_order([CLUSTER_COLUMN], target_size=target_size,
                                      writer_properties=_writer_properties())
         report.files_compacted += int(metrics.get("numFilesRemoved", 0))

@@ -320,6 +320,9 @@ DERIVED_TABLES: Final[tuple[TableSpec, ...]] = (ANOMALIES, METADATA_EVENTS, DECO
                                                 REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
 """Every table the pipeline derives from bronze (``rebuild`` rewrites them; two runs of one history write them
 identically)."""
+KEYED_STATE_TABLES: Final[tuple[TableSpec, ...]] = (CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
+"""The derived tables held as one file per key bucket, named after it: a key's next commit replaces its file by
+that name, so they are never compacted (their file count is bounded by the keys anyway)."""
 
 ALL_TABLES: Final[dict[str, TableSpec]] = {
     t.name: t

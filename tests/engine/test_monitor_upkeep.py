@@ -50,3 +50,36 @@ def test_the_monitor_maintains_the_lake_and_checks_each_batch(spark: Any, tmp_pa
     failed = [(r["table_name"], r["expectation"], r["observed"]) for r in results if not r["success"]]
     assert failed == []  # the batches' rows are well formed
     assert lake.last_batch_seq(QUALITY_RESULTS.name, quality_writer) is not None
+
+
+def test_maintain_between_batches_keeps_one_row_per_partition_in_the_state_tables(spark: Any, tmp_path: Path) -> None:
+    """The state tables hold one file per key, which the key's next commit replaces by name: compacting them
+    would leave a key's old rows beside its new file."""
+    from engine.local_run import run_local
+    from engine.monitor import drain_monitor
+    from lakehouse.maintenance import maintain_tables
+    from tests.conftest import assert_same_tables
+    from tests.history import History
+
+    h = History()
+    h.broker(1).broker(2).controller(1, 1)
+    h.topic("t", {p: [1, 2] for p in range(8)})  # partitions in several buckets: several state files
+    for p in range(8):
+        h.state("t", p, 1, 0, 1, [1, 2], op="CREATE")
+    cut = len(h.rows)
+    for p in range(8):  # each partition changes again after the maintenance
+        h.state("t", p, 2, 1, 1, [2, 1])
+
+    lake, clean = Lake(tmp_path / "lake", cluster="test"), Lake(tmp_path / "clean", cluster="test")
+    lake.append(ZNODE_EVENTS.name, h.rows[:cut], writer_id="fixture", batch_seq=0)
+    checkpoint = str(tmp_path / "ck")
+    drain_monitor(spark, lake, checkpoint, buckets=4)
+    assert len(lake.snapshot("partition_state").file_uris()) > 1
+    maintain_tables(lake)
+    lake.append(ZNODE_EVENTS.name, h.rows[cut:], writer_id="fixture", batch_seq=1)
+    drain_monitor(spark, lake, checkpoint, buckets=4)
+
+    clean.append(ZNODE_EVENTS.name, h.rows, writer_id="fixture", batch_seq=0)
+    run_local(clean, buckets=4)
+    assert lake.row_count("partition_state") == 8
+    assert_same_tables(lake, clean, ["partition_state", "replica_state"])
