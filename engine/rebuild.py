@@ -10,6 +10,7 @@ from engine.stateful import (
     ALL_FILES,
     DEFAULT_BUCKETS,
     checkpoint_writer,
+    finish_stateful_query,
     start_stateful_query,
     stateful_checkpoint,
 )
@@ -43,4 +44,5 @@ def rebuild(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, b
                                  available_now=True, max_files_per_trigger=max_files_per_trigger,
                                  max_bytes_per_trigger=max_bytes_per_trigger, offline_blip=offline_blip)
     query.awaitTermination()
+    finish_stateful_query(query)
     return derived_counts(lake)
