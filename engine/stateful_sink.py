@@ -311,6 +311,7 @@ class StatefulSink:
         if self._committer is not None:
             self._committer.join()
         self.commit_staged()
+        self._pool.shutdown()
 
     def commit_staged(self) -> int:
         """Commit every staged batch as one commit per table, under the newest batch's id; returns how many."""
