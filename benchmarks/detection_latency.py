@@ -1,7 +1,7 @@
 """Detection latency: ZooKeeper write of a zombie controller -> its anomaly row committed in Delta.
 
     python -m benchmarks.detection_latency [--duration 60] [--rate 2000] [--zombies 20] [--partitions 2000]
-        [--collector txnlog|watch] [--floor]
+        [--collector txnlog|watch] [--floor] [--trigger 1] [--conf FILE]
 
 A real embedded ZooKeeper holds a ZK-mode Kafka layout (controller epoch 2, brokers 1..3, topics with partition
 state znodes). Running as users run them: `zkledger collect txnlog --follow` (or `collect zk`, the watch
@@ -13,6 +13,8 @@ delivers a znode's latest version, so a zombie overwritten before the re-read wo
 running alongside the writer; latency = first poll that sees the ZOMBIE_CONTROLLER_WRITE row for that zxid - the
 write's acknowledgement. Resolution is the poll interval. With --floor, the monitor's place is taken by
 `benchmarks.streaming_floor`, the least a Spark streaming detector does (its latency bounds any such design).
+--trigger sets the monitor's (or the floor's) trigger, --conf a settings file for the collector and the monitor
+(e.g. a shorter ``collect.flush_seconds``).
 """
 
 from __future__ import annotations
@@ -127,8 +129,10 @@ def _process(argv: list[str], log_to: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=log_to.open("wb"), stderr=subprocess.STDOUT, env=os.environ.copy())
 
 
-def _cli(lake: Path, *args: str, log_to: Path) -> subprocess.Popen[bytes]:
-    return _process([sys.executable, "-m", "zkledger.cli", "--lake", str(lake), "--cluster", "bench", *args], log_to)
+def _cli(lake: Path, *args: str, log_to: Path, conf: str | None = None) -> subprocess.Popen[bytes]:
+    settings = ["--conf", conf] if conf else []
+    return _process([sys.executable, "-m", "zkledger.cli", *settings, "--lake", str(lake), "--cluster", "bench", *args],
+                    log_to)
 
 
 def _log_digest(path: Path) -> str:
@@ -204,12 +208,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 collect = ["collect", "txnlog", "--dir", str(zk.data_dir), "--follow"]
             else:
                 collect = ["collect", "zk", "--zk", zk.hosts, "--chroot", "/"]
-            procs.append(_cli(lake_dir, *collect, log_to=work / "collect.log"))
+            procs.append(_cli(lake_dir, *collect, log_to=work / "collect.log", conf=args.conf))
+            trigger = f"{args.trigger:g}"
             if args.floor:
                 procs.append(_process([sys.executable, "-m", "benchmarks.streaming_floor", "--lake", str(lake_dir),
-                                       "--trigger", "1"], log_to=work / "monitor.log"))
+                                       "--trigger", trigger], log_to=work / "monitor.log"))
             else:
-                procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", "1", log_to=work / "monitor.log"))
+                procs.append(_cli(lake_dir, "-v", "monitor", "--trigger", trigger, log_to=work / "monitor.log",
+                                  conf=args.conf))
             time.sleep(args.warmup)  # collector snapshot + monitor session start and first batches
             started = 0.0
             if not args.floor:  # a loaded machine starts slower: measure from the first batch on, never before
@@ -247,7 +253,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = [f"{args.rate:,} writes/s for {args.duration:.0f} s over {args.partitions:,} partitions, "
                f"{len(zombie_times)} zombie writes, "
                + ("the streaming floor (source, filter, one Delta append)" if args.floor else "monitor")
-               + f" trigger 1 s, poll {args.poll}s",
+               + f" trigger {args.trigger:g} s, poll {args.poll}s"
+               + (f", settings {Path(args.conf).name}" if args.conf else ""),
                f"{args.collector} collector: {collected['bronze_rows']:,} bronze rows for {sent:,} writes "
                f"({collected['missed_versions']:,} versions reported missed: one-shot watches coalesce); "
                f"zombie writes in bronze: {collected['zombies_in_bronze']}/{len(zombie_times)}",
@@ -278,6 +285,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--collector", choices=("watch", "txnlog"), default="txnlog",
                    help="`collect txnlog --follow` (ZooKeeper's transaction log, lossless; default) or `collect zk` "
                         "(live watches; lossy under load, reports what it missed)")
+    p.add_argument("--trigger", type=float, default=1.0, help="the monitor's processing-time trigger, s (default 1)")
+    p.add_argument("--conf", metavar="FILE", default=None,
+                   help="a settings file for the collector and the monitor (default: the shipped settings)")
     p.add_argument("--floor", action="store_true",
                    help="instead of the monitor, the least a Spark streaming detector does (benchmarks.streaming_floor: "
                         "source, filter, one Delta append per batch); results go to detection_latency_floor.json")
