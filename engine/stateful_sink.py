@@ -257,6 +257,16 @@ class StagedFiles:
         for batch_id in batch_ids:
             self._path(batch_id).unlink(missing_ok=True)
 
+    def oldest_age_s(self, now: float | None = None) -> float:
+        """Seconds since the oldest staged batch was staged (0: none staged)."""
+        ages = []
+        for path in self.folder.glob("*.json") if self.folder.is_dir() else ():
+            try:
+                ages.append((time.time() if now is None else now) - path.stat().st_mtime)
+            except FileNotFoundError:  # committed meanwhile
+                continue
+        return max(0.0, max(ages, default=0.0))
+
 
 def newest_per_key(batches: Sequence[tuple[int, Staged]]) -> tuple[Staged, list[DataFile]]:
     """Several batches' files as one commit's: every appended file, and of a state table each key's newest file

@@ -206,6 +206,9 @@ class Metrics:
         Gauge("zkledger_monitor_event_lag_seconds",
               "Seconds between now and the event time of the newest metadata event the monitor committed "
               "(0: none yet).", registry=mon).set_function(self._monitor_lag)
+        self.staged_age = Gauge("zkledger_monitor_staged_seconds",
+                                "Age of the oldest micro-batch whose tables other than anomalies the monitor has "
+                                "staged and not committed yet (0: none).", registry=mon)
         self.webhook_ok = Counter("zkledger_webhook_deliveries_total", "Anomalies delivered to the webhook.",
                                   registry=mon)
         self.webhook_failed = Counter("zkledger_webhook_failures_total",
@@ -345,6 +348,10 @@ class Metrics:
     def _monitor_lag(self) -> float:
         newest = self._monitor_newest
         return max(0.0, self._clock() - newest) if newest else 0.0
+
+    def staged(self, oldest_age_s: float) -> None:
+        """The oldest staged, not yet committed micro-batch is ``oldest_age_s`` old (0: none)."""
+        self.staged_age.set(oldest_age_s)
 
     def webhook_result(self, delivered: bool) -> None:
         (self.webhook_ok if delivered else self.webhook_failed).inc()

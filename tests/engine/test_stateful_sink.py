@@ -165,3 +165,19 @@ def test_staged_batches_commit_as_one_every_appended_file_and_each_key_s_newest_
     assert [df.path for df in superseded] == ["s3-1"]  # never committed: deleted after the commit
     staged.remove([3, 4])
     assert staged.batches() == [] and not staged.holds(4)
+
+
+def test_the_age_of_the_oldest_staged_batch(tmp_path: Path) -> None:
+    import os
+
+    from engine.stateful_sink import StagedFiles
+
+    staged = StagedFiles(tmp_path / "ckpt")
+    assert staged.oldest_age_s() == 0.0
+    staged.add(1, [])
+    staged.add(2, [])
+    os.utime(staged.folder / f"{1:020d}.json", (1000.0, 1000.0))
+    os.utime(staged.folder / f"{2:020d}.json", (1030.0, 1030.0))
+    assert staged.oldest_age_s(now=1060.0) == 60.0
+    staged.remove([1, 2])
+    assert staged.oldest_age_s(now=1060.0) == 0.0

@@ -94,7 +94,7 @@ def test_the_dashboard_is_a_grafana_dashboard_on_a_prometheus_datasource_variabl
 def test_promtool_accepts_the_shipped_rules_and_example_config(runs_prometheus: None, tmp_path: Path) -> None:
     rules = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 13 rules found" in rules.stdout
+    assert "SUCCESS: 14 rules found" in rules.stdout
     shutil.copy(EXAMPLE, tmp_path / EXAMPLE.name)
     shutil.copy(RULES, tmp_path / RULES.name)
     config = subprocess.run(["promtool", "check", "config", str(tmp_path / EXAMPLE.name)], capture_output=True,
@@ -298,6 +298,7 @@ def test_the_monitors_series_arrive_with_the_lakes_numbers_and_the_critical_aler
     written = 'sum(zkledger_monitor_rows_written_total{table="metadata_events"})'
     wait_until(lambda: stack.lake.row_count("metadata_events") and stack.scalar(written) == stack.lake.row_count(
         "metadata_events"), stack, f"{written} == the committed metadata_events rows", 60)
+    assert stack.scalar('zkledger_monitor_staged_seconds{job="zkledger-monitor"}') < 60  # nothing staged for long
     assert (stack.scalar('zkledger_monitor_batch_duration_seconds_count{job="zkledger-monitor"}') or 0) >= 1
     newest = max(r["event_time"] for r in stack.lake.read_arrow("metadata_events").to_pylist() if r["event_time"])
     assert stack.scalar('zkledger_monitor_committed_event_time_seconds{job="zkledger-monitor"}') == pytest.approx(newest.timestamp(), abs=1e-3)

@@ -14,6 +14,7 @@ from services.metrics import Metrics, add_metrics_argument, metrics_server
 from zkledger.context import Context
 
 if TYPE_CHECKING:
+    from engine.stateful_sink import StagedFiles
     from lakehouse import Lake
 
 
@@ -41,6 +42,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> str:
     from engine.monitor import start_monitor
     from engine.stateful import stateful_checkpoint
+    from engine.stateful_sink import StagedFiles
     from services.alerts import AnomalyAlerter
     from services.errors import UserError
 
@@ -58,9 +60,10 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
         publish = alerter.publish if metrics is None else _counted(alerter.publish, metrics)
         spark = ctx.spark("zkledger-monitor")
         table_commit_s = ctx.settings.monitor.table_commit_seconds
-        watch = None if metrics is None else LakeWatch(ctx.lake, metrics, table_commit_s)  # baseline: before the query
-        query = start_monitor(spark, ctx.lake,
-                              stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root),
+        checkpoint = stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
+        watch = None if metrics is None else LakeWatch(ctx.lake, metrics, table_commit_s,  # baseline: before the query
+                                                       StagedFiles(checkpoint))
+        query = start_monitor(spark, ctx.lake, checkpoint,
                               trigger_seconds=trigger, available_now=args.available_now,
                               buckets=ctx.settings.pipeline.buckets, publish=publish, quality=quality,
                               max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
@@ -124,8 +127,9 @@ class LakeWatch:
     ``metadata_events``; once more ``table_commit_s`` after the last micro-batch, when the tables it staged have
     been committed. The files present at start are the baseline, not counted."""
 
-    def __init__(self, lake: Lake, metrics: Metrics, table_commit_s: float = 0.0) -> None:
-        self.lake, self.metrics, self.table_commit_s = lake, metrics, table_commit_s
+    def __init__(self, lake: Lake, metrics: Metrics, table_commit_s: float = 0.0,
+                 staged: StagedFiles | None = None) -> None:
+        self.lake, self.metrics, self.table_commit_s, self.staged = lake, metrics, table_commit_s, staged
         self.files: dict[str, set[str]] = {}
         self.changed = threading.Event()
         self.look_again_at: float | None = None
@@ -174,6 +178,8 @@ class LakeWatch:
         """One turn of the command's wait loop."""
         self.metrics.source_connected(bool(query.isActive))
         self.metrics.loop_turned()
+        if self.staged is not None:
+            self.metrics.staged(self.staged.oldest_age_s())
         if self.changed.is_set():
             self.changed.clear()
             self._read(count=True)
