@@ -45,7 +45,7 @@ from pyspark.sql import types as T
 
 from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
 from lakehouse.arrow_schema import arrow_schema
-from lakehouse.files import DataFile, cluster_tag, write_data_file
+from lakehouse.files import STAGED_DIR, DataFile, cluster_tag, write_data_file
 from lakehouse.lake import Lake, crash_point
 from lakehouse.spark_schema import spark_arrow_schema, spark_schema
 from models.tables import (
@@ -212,7 +212,6 @@ def _last_items(lists: pa.ChunkedArray) -> pa.Array:
 
 Staged = list[tuple[TableSpec, tuple[str, int] | None, DataFile]]
 """A batch's files to commit: (table, the key a state table's file replaces, the file)."""
-STAGED_DIR = "zkledger-staged"
 STAGED = "staged"
 """Crash hook stage after a batch's files are staged: ``ZKLEDGER_LAKE_CRASH=staged:<batch>`` (tests)."""
 _SPECS = {spec.name: spec for spec in DERIVED}

@@ -8,6 +8,9 @@ not part of the table (a replayed batch's first attempt leaves such files; ``vac
 
 A file can carry a key, ``(cluster, bucket)`` of the step that wrote it, in its name: a table whose rows a
 key replaces as a whole (its state) removes that key's older files in the same commit (``file_key``).
+
+A running monitor stages its batches' files for a later commit, listed under ``STAGED_DIR`` in its checkpoint
+(``engine.stateful_sink.StagedFiles``): until then they are in no table, and ``maintain`` keeps them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import pyarrow.parquet as pq
 
 from lakehouse.arrow_schema import spec_for
 
+STAGED_DIR = "zkledger-staged"
+"""The folder of a query's checkpoint listing its staged batches, one JSON file each."""
 _KEYED = re.compile(r"^k(?P<cluster>[0-9a-f]{16})\.(?P<bucket>-?\d+)\.[0-9a-f]{32}\.parquet$")
 STRING_STATS_MAX = 32
 """Longer strings get no min/max: Delta readers treat a truncated string bound by rules of their own."""

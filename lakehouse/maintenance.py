@@ -54,6 +54,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import CommitFailedError
 
+from lakehouse.files import STAGED_DIR
 from models.tables import ALL_TABLES, KEYED_STATE_TABLES
 
 if TYPE_CHECKING:
@@ -141,6 +142,20 @@ def stream_floors(lake: Lake, checkpoint_dirs: Iterable[str]) -> dict[str, int]:
                     if table is not None and isinstance(version, int):
                         floors[table] = min(version, floors.get(table, version))
     return floors
+
+
+def staged_hours(checkpoint_dirs: Iterable[str]) -> float:
+    """Hours since the oldest batch a monitor staged under ``checkpoint_dirs`` (0: none): its files are in the
+    tables' folders and in no table yet, so VACUUM must not take them for orphans."""
+    oldest: float | None = None
+    for root in checkpoint_dirs:
+        for path in glob.glob(os.path.join(glob.escape(root), "**", STAGED_DIR, "*.json"), recursive=True):
+            try:
+                staged_at = os.stat(path).st_mtime
+            except FileNotFoundError:  # committed meanwhile
+                continue
+            oldest = staged_at if oldest is None else min(oldest, staged_at)
+    return 0.0 if oldest is None else max(0.0, (time.time() - oldest) / 3600)
 
 
 def _source_offsets(path: str) -> list[dict[str, Any]]:
@@ -244,11 +259,12 @@ def check_retention(retention_hours: int, allow_short_retention: bool) -> None:
 
 def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RETENTION_HOURS,
                    allow_short_retention: bool = False, stream_floor: int | None = None,
-                   zorder: bool | None = None, target_size: int | None = None) -> TableReport:
+                   zorder: bool | None = None, target_size: int | None = None, keep_hours: float = 0.0) -> TableReport:
     """Compact (and Z-order on zxid where it pays off), checkpoint and VACUUM one table, all with delta-rs. The
     state tables held as a file per key (``KEYED_STATE_TABLES``) are checkpointed and vacuumed only.
 
-    ``stream_floor``: the oldest version a streaming query still reads; the retention grows to keep it.
+    ``stream_floor``: the oldest version a streaming query still reads; the retention grows to keep it, and to
+    keep files of the last ``keep_hours`` that are in no table yet (a monitor's staged batches).
     ``zorder``: None decides by the table's zxid depth; True/False forces it. Raises
     `UnsupportedTableFeatures` for a table the two engines cannot share (nothing is changed then).
     """
@@ -282,6 +298,9 @@ def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RET
         if needed > report.retention_hours:
             log.info("%s: retention raised to %d h for a stream at version %d", table, needed, stream_floor)
             report.retention_hours = needed
+    if keep_hours > 0 and math.ceil(keep_hours) + STREAM_MARGIN_HOURS > report.retention_hours:
+        report.retention_hours = math.ceil(keep_hours) + STREAM_MARGIN_HOURS
+        log.info("%s: retention raised to %d h for a monitor's staged batches", table, report.retention_hours)
     removed = dt.vacuum(retention_hours=report.retention_hours, dry_run=False,
                         enforce_retention_duration=not allow_short_retention, full=True)
     report.vacuumed = len(removed)
@@ -305,7 +324,9 @@ def maintain_tables(lake: Lake, tables: Iterable[str] | None = None, *,
     for name in names:
         if name not in ALL_TABLES:
             raise ValueError(f"unknown table {name!r} (known: {', '.join(sorted(ALL_TABLES))})")
+    checkpoint_dirs = list(checkpoint_dirs)
     floors = stream_floors(lake, checkpoint_dirs)
+    staged = staged_hours(checkpoint_dirs)
     for name, version in (stream_versions or {}).items():
         floors[name] = min(version, floors.get(name, version))
     report = MaintainReport()
@@ -313,7 +334,7 @@ def maintain_tables(lake: Lake, tables: Iterable[str] | None = None, *,
         try:
             one = maintain_table(lake, name, retention_hours=retention_hours,
                                  allow_short_retention=allow_short_retention, stream_floor=floors.get(name),
-                                 zorder=zorder)
+                                 zorder=zorder, keep_hours=staged)
         except UnsupportedTableFeatures as exc:
             log.error("%s", exc)
             one = TableReport(name, retention_hours=retention_hours, skipped=str(exc), refused=True)

@@ -174,3 +174,25 @@ def test_cli_maintain(lake: Lake, capsys: pytest.CaptureFixture[str]) -> None:
     assert help_exit.value.code == 0
     assert "Z-order" in capsys.readouterr().out
     assert DEFAULT_RETENTION_HOURS == 168
+
+
+def test_vacuum_keeps_the_files_a_stopped_monitor_staged(lake: Lake, tmp_path: Path) -> None:
+    """A monitor killed with staged batches commits them at its next start: until then their files are in no
+    table, and VACUUM must not take them for a killed writer's."""
+    from lakehouse.files import STAGED_DIR
+
+    _append_batches(lake, "partition_transitions", 2)
+    path = lake.table_path("partition_transitions")
+    staged_file = _orphan(path, "part-00000-staged-by-a-monitor.snappy.parquet", 9 * DAY)
+    checkpoint = tmp_path / "ckpt" / "stateful"
+    entry = checkpoint / STAGED_DIR / f"{7:020d}.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text("[]")
+    _age(str(entry), 9 * DAY)
+
+    kept = maintain_tables(lake, ["partition_transitions"], checkpoint_dirs=[str(tmp_path / "ckpt")])
+    assert os.path.exists(staged_file) and kept.tables[0].retention_hours >= 9 * 24
+
+    entry.unlink()  # committed: its files are in the table, or deleted as superseded
+    gone = maintain_tables(lake, ["partition_transitions"], checkpoint_dirs=[str(tmp_path / "ckpt")])
+    assert not os.path.exists(staged_file) and gone.tables[0].retention_hours == DEFAULT_RETENTION_HOURS
