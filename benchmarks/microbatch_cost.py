@@ -248,7 +248,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.streaming_floor import FLOOR_TABLE
     from conf.settings import load_settings
     from engine.stateful import finish_stateful_query, start_stateful_query
-    from engine.stateful_sink import DERIVED, STAGED_DIR
+    from engine.stateful_sink import DERIVED
+    from lakehouse.files import STAGED_DIR
     from lakehouse import Lake
     from models.tables import ANOMALIES, PARTITION_STATE
 
