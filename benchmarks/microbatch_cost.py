@@ -249,8 +249,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from conf.settings import load_settings
     from engine.stateful import finish_stateful_query, start_stateful_query
     from engine.stateful_sink import DERIVED
-    from lakehouse.files import STAGED_DIR
     from lakehouse import Lake
+    from lakehouse.files import STAGED_DIR
     from models.tables import ANOMALIES, PARTITION_STATE
 
     sizes = [int(s) for s in args.sizes.split(",")]
