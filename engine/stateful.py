@@ -58,12 +58,12 @@ from engine.stateful_sink import (
     PACKED_COLUMN,
     WRITE_PROPERTY,
     WRITTEN,
-    StagedFiles,
     StatefulSink,
     key_outputs,
     packed_records,
 )
 from engine.upkeep import MaintenanceSchedule
+from lakehouse.files import StagedFiles
 from lakehouse.spark_io import stream_table
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (

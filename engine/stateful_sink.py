@@ -27,7 +27,6 @@ newest file. A query started on a checkpoint with staged batches commits them fi
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -45,7 +44,7 @@ from pyspark.sql import types as T
 
 from engine.upkeep import QUALITY_EACH_BATCH_TABLES, MaintenanceSchedule, check_batch_rows
 from lakehouse.arrow_schema import arrow_schema
-from lakehouse.files import STAGED_DIR, DataFile, cluster_tag, write_data_file
+from lakehouse.files import DataFile, Staged, StagedFiles, cluster_tag, write_data_file
 from lakehouse.lake import Lake, crash_point
 from lakehouse.spark_schema import spark_arrow_schema, spark_schema
 from models.tables import (
@@ -210,61 +209,9 @@ def _last_items(lists: pa.ChunkedArray) -> pa.Array:
         len(arr), arr.type.value_type)
 
 
-Staged = list[tuple[TableSpec, tuple[str, int] | None, DataFile]]
-"""A batch's files to commit: (table, the key a state table's file replaces, the file)."""
 STAGED = "staged"
 """Crash hook stage after a batch's files are staged: ``ZKLEDGER_LAKE_CRASH=staged:<batch>`` (tests)."""
 _SPECS = {spec.name: spec for spec in DERIVED}
-
-
-class StagedFiles:
-    """The batches a running monitor has written and not committed yet, beside its checkpoint: one JSON file per
-    batch with its files' add-action fields (an entry is written whole, by rename)."""
-
-    def __init__(self, checkpoint: str | Path) -> None:
-        self.folder = Path(checkpoint) / STAGED_DIR
-
-    def _path(self, batch_id: int) -> Path:
-        return self.folder / f"{batch_id:020d}.json"
-
-    def add(self, batch_id: int, files: Staged) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        body = [{TABLE_COLUMN: spec.name, "key": list(key) if key else None, "path": f.path, "size": f.size,
-                 "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms} for spec, key, f in files]
-        part = self._path(batch_id).with_suffix(".part")
-        part.write_text(json.dumps(body))
-        os.replace(part, self._path(batch_id))
-
-    def holds(self, batch_id: int) -> bool:
-        return self._path(batch_id).exists()
-
-    def batches(self) -> list[tuple[int, Staged]]:
-        """Every staged batch, oldest first."""
-        if not self.folder.is_dir():
-            return []
-        out = []
-        for path in sorted(self.folder.glob("*.json")):
-            files: Staged = []
-            for f in json.loads(path.read_text()):
-                spec = _SPECS[f[TABLE_COLUMN]]
-                files.append((spec, tuple(f["key"]) if f["key"] else None,
-                              DataFile(spec.name, f["path"], f["size"], f["rows"], f["stats"], f["modified_ms"])))
-            out.append((int(path.stem), files))
-        return out
-
-    def remove(self, batch_ids: Iterable[int]) -> None:
-        for batch_id in batch_ids:
-            self._path(batch_id).unlink(missing_ok=True)
-
-    def oldest_age_s(self, now: float | None = None) -> float:
-        """Seconds since the oldest staged batch was staged (0: none staged)."""
-        ages = []
-        for path in self.folder.glob("*.json") if self.folder.is_dir() else ():
-            try:
-                ages.append((time.time() if now is None else now) - path.stat().st_mtime)
-            except FileNotFoundError:  # committed meanwhile
-                continue
-        return max(0.0, max(ages, default=0.0))
 
 
 def newest_per_key(batches: Sequence[tuple[int, Staged]]) -> tuple[Staged, list[DataFile]]:

@@ -10,7 +10,7 @@ A file can carry a key, ``(cluster, bucket)`` of the step that wrote it, in its 
 key replaces as a whole (its state) removes that key's older files in the same commit (``file_key``).
 
 A running monitor stages its batches' files for a later commit, listed under ``STAGED_DIR`` in its checkpoint
-(``engine.stateful_sink.StagedFiles``): until then they are in no table, and ``maintain`` keeps them.
+(``StagedFiles``): until then they are in no table, and ``maintain`` keeps them.
 """
 
 from __future__ import annotations
@@ -20,15 +20,18 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from hashlib import sha1
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakehouse.arrow_schema import spec_for
+from models.tables import ALL_TABLES, TableSpec
 
 STAGED_DIR = "zkledger-staged"
 """The folder of a query's checkpoint listing its staged batches, one JSON file each."""
@@ -97,3 +100,58 @@ def file_stats(table: str, rows: pa.Table) -> str:
 
 def _ms_iso(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+Staged = list[tuple[TableSpec, tuple[str, int] | None, DataFile]]
+"""A batch's files to commit: (table, the key a state table's file replaces, the file)."""
+
+
+class StagedFiles:
+    """The batches a running monitor has written and not committed yet, beside its checkpoint: one JSON file per
+    batch with its files' add-action fields (an entry is written whole, by rename). The monitor's sink stages and
+    commits them (``engine.stateful_sink``); ``maintain`` keeps their files."""
+
+    def __init__(self, checkpoint: str | Path) -> None:
+        self.folder = Path(checkpoint) / STAGED_DIR
+
+    def _path(self, batch_id: int) -> Path:
+        return self.folder / f"{batch_id:020d}.json"
+
+    def add(self, batch_id: int, files: Staged) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        body = [{"table": spec.name, "key": list(key) if key else None, "path": f.path, "size": f.size,
+                 "rows": f.rows, "stats": f.stats, "modified_ms": f.modified_ms} for spec, key, f in files]
+        part = self._path(batch_id).with_suffix(".part")
+        part.write_text(json.dumps(body))
+        os.replace(part, self._path(batch_id))
+
+    def holds(self, batch_id: int) -> bool:
+        return self._path(batch_id).exists()
+
+    def batches(self) -> list[tuple[int, Staged]]:
+        """Every staged batch, oldest first."""
+        if not self.folder.is_dir():
+            return []
+        out = []
+        for path in sorted(self.folder.glob("*.json")):
+            files: Staged = []
+            for f in json.loads(path.read_text()):
+                spec = ALL_TABLES[f["table"]]
+                files.append((spec, tuple(f["key"]) if f["key"] else None,
+                              DataFile(spec.name, f["path"], f["size"], f["rows"], f["stats"], f["modified_ms"])))
+            out.append((int(path.stem), files))
+        return out
+
+    def remove(self, batch_ids: Iterable[int]) -> None:
+        for batch_id in batch_ids:
+            self._path(batch_id).unlink(missing_ok=True)
+
+    def oldest_age_s(self, now: float | None = None) -> float:
+        """Seconds since the oldest staged batch was staged (0: none staged)."""
+        ages = []
+        for path in self.folder.glob("*.json") if self.folder.is_dir() else ():
+            try:
+                ages.append((time.time() if now is None else now) - path.stat().st_mtime)
+            except FileNotFoundError:  # committed meanwhile
+                continue
+        return max(0.0, max(ages, default=0.0))

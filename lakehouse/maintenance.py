@@ -54,7 +54,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import CommitFailedError
 
-from lakehouse.files import STAGED_DIR
+from lakehouse.files import STAGED_DIR, StagedFiles
 from models.tables import ALL_TABLES, KEYED_STATE_TABLES
 
 if TYPE_CHECKING:
@@ -147,15 +147,9 @@ def stream_floors(lake: Lake, checkpoint_dirs: Iterable[str]) -> dict[str, int]:
 def staged_hours(checkpoint_dirs: Iterable[str]) -> float:
     """Hours since the oldest batch a monitor staged under ``checkpoint_dirs`` (0: none): its files are in the
     tables' folders and in no table yet, so VACUUM must not take them for orphans."""
-    oldest: float | None = None
-    for root in checkpoint_dirs:
-        for path in glob.glob(os.path.join(glob.escape(root), "**", STAGED_DIR, "*.json"), recursive=True):
-            try:
-                staged_at = os.stat(path).st_mtime
-            except FileNotFoundError:  # committed meanwhile
-                continue
-            oldest = staged_at if oldest is None else min(oldest, staged_at)
-    return 0.0 if oldest is None else max(0.0, (time.time() - oldest) / 3600)
+    folders = (folder for root in checkpoint_dirs
+               for folder in glob.glob(os.path.join(glob.escape(root), "**", STAGED_DIR), recursive=True))
+    return max((StagedFiles(os.path.dirname(folder)).oldest_age_s() for folder in folders), default=0.0) / 3600
 
 
 def _source_offsets(path: str) -> list[dict[str, Any]]:

@@ -23,8 +23,9 @@ import pytest
 from engine.local_run import run_local
 from engine.monitor import drain_monitor, start_monitor, stop_monitor
 from engine.stateful import checkpoint_writer, stateful_checkpoint
-from engine.stateful_sink import COMMITTED, DERIVED, STAGED, StagedFiles
+from engine.stateful_sink import COMMITTED, DERIVED, STAGED
 from lakehouse import Lake
+from lakehouse.files import StagedFiles
 from lakehouse.lake import CRASH_ENV
 from tests.conftest import assert_same_tables
 from tests.history import clean_history, decision

@@ -142,8 +142,8 @@ def test_a_key_writes_its_state_and_its_large_appended_rows_itself_and_packs_the
 
 
 def test_staged_batches_commit_as_one_every_appended_file_and_each_key_s_newest_state(tmp_path: Path) -> None:
-    from engine.stateful_sink import StagedFiles, newest_per_key
-    from lakehouse.files import DataFile
+    from engine.stateful_sink import newest_per_key
+    from lakehouse.files import DataFile, StagedFiles
     from models.tables import METADATA_EVENTS, PARTITION_STATE
 
     def f(table: str, name: str) -> DataFile:
@@ -170,7 +170,7 @@ def test_staged_batches_commit_as_one_every_appended_file_and_each_key_s_newest_
 def test_the_age_of_the_oldest_staged_batch(tmp_path: Path) -> None:
     import os
 
-    from engine.stateful_sink import StagedFiles
+    from lakehouse.files import StagedFiles
 
     staged = StagedFiles(tmp_path / "ckpt")
     assert staged.oldest_age_s() == 0.0

@@ -14,8 +14,8 @@ from services.metrics import Metrics, add_metrics_argument, metrics_server
 from zkledger.context import Context
 
 if TYPE_CHECKING:
-    from engine.stateful_sink import StagedFiles
     from lakehouse import Lake
+    from lakehouse.files import StagedFiles
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> str:
     from engine.monitor import start_monitor
     from engine.stateful import stateful_checkpoint
-    from engine.stateful_sink import StagedFiles
+    from lakehouse.files import StagedFiles
     from services.alerts import AnomalyAlerter
     from services.errors import UserError
 
