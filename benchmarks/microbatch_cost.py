@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.storm import write_storm
     from benchmarks.streaming_floor import FLOOR_TABLE
     from conf.settings import load_settings
-    from engine.stateful import finish_stateful_query, start_stateful_query
+    from engine.stateful import checkpoint_buckets, finish_stateful_query, start_stateful_query
     from engine.stateful_sink import DERIVED
     from lakehouse import Lake
     from lakehouse.files import STAGED_DIR
@@ -273,6 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          processing_time=f"{args.trigger} seconds",
                                          max_files_per_trigger=settings.streaming.max_files_per_trigger,
                                          table_commit_s=table_commit_s)
+            cluster_buckets = checkpoint_buckets(lakes["stateful"], work / "ckpt-stateful", buckets).of("bench")
             stateful = Monitored("stateful", lakes["stateful"], query,
                                  [Path(lakes["stateful"].table_path(s.name)) / "_delta_log" for s in DERIVED],
                                  frozenset({STAGED_KEY, PARTITION_STATE.name}),
@@ -316,7 +317,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wall = round(sum(t.wall.values()), 1)
     return report(args, sizes, base, measured, {"stateful": stateful_base, "floor": floor_base}, anomalies,
                   {"started_at": started_at.isoformat(timespec="seconds"), "wall_s": t.wall, "total_s": wall,
-                   "buckets": buckets, "source_before": source_before, "source_after": source_after,
+                   "buckets": buckets, "cluster_buckets": cluster_buckets, "source_before": source_before, "source_after": source_after,
                    "table_commit_s": table_commit_s, "commits": commits})
 
 
@@ -342,7 +343,8 @@ def report(args: argparse.Namespace, sizes: list[int], base: int, measured: dict
     summary = [
         f"base: benchmarks.storm, {args.partitions:,} partitions (RF 3), {base:,} bronze events; absorbed in "
         f"{bases['stateful']['trigger_s']} s (stateful) and {bases['floor']['trigger_s']} s (floor)",
-        f"monitor: engine.stateful.start_stateful_query, {info['buckets']} buckets, trigger {args.trigger} s, "
+        f"monitor: engine.stateful.start_stateful_query, {info['cluster_buckets']} buckets (the checkpoint's layout, "
+        f"at most {info['buckets']}), trigger {args.trigger} s, "
         f"tables other than the anomalies committed every {info['table_commit_s']} s; "
         f"floor: benchmarks.streaming_floor; {args.repeats} commits per size after {args.warmup_rounds} warm-up "
         f"round(s); medians (trigger: the batch's durationMs.triggerExecution; end-to-end: bronze commit -> "

@@ -16,7 +16,7 @@ from itertools import pairwise
 import numpy as np
 import pyarrow as pa
 
-from engine.stateful import DEFAULT_BUCKETS
+from engine.stateful import DEFAULT_BUCKETS, cluster_partitions
 from engine.stateful_sink import (
     StatefulSink,
     derived_counts,
@@ -29,6 +29,7 @@ from lakehouse import Lake
 from lakehouse.spark_schema import spark_arrow_schema
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, ZNODE_EVENTS
+from pipelines.bucket_fold import BucketLayout, Buckets
 from pipelines.cluster_stage import StreamPart
 from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 from pipelines.keyed_pipeline import (
@@ -49,7 +50,7 @@ class LocalRunner:
     """The steps run key after key in this process, each key's state held here between batches (what Spark's
     operator does per key, with its state store)."""
 
-    def __init__(self, buckets: int = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION,
+    def __init__(self, buckets: Buckets = DEFAULT_BUCKETS, kafka_version: str = DEFAULT_KAFKA_VERSION,
                  offline_blip: timedelta = DEFAULT_OFFLINE_BLIP) -> None:
         self.buckets, self.kafka_version, self.offline_blip = buckets, kafka_version, offline_blip
         self.states: dict[tuple[str, int], KeyState] = {}
@@ -85,7 +86,7 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     writer = f"{writer_id}-{uuid.uuid4().hex[:12]}"  # a writer per run: its batches count from 0
     sink = StatefulSink(lake, writer)
     sink.ensure_tables()
-    runner = LocalRunner(buckets, kafka_version, offline_blip)
+    runner = LocalRunner(BucketLayout.sized(buckets, cluster_partitions(lake)), kafka_version, offline_blip)
     bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
     decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
     kraft = bronze_rows(lake, KRAFT_RECORDS.name)  # a KRaft history's records go in the first batch

@@ -35,6 +35,7 @@ processing-time trigger for a monitor.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import uuid
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -71,10 +73,13 @@ from models.tables import (
     KRAFT_RECORDS,
     ZNODE_EVENTS,
 )
+from models.znode_codec import PATH_PATTERNS, PathKind
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
     TICK_STATE,
+    BucketLayout,
+    Buckets,
     BucketState,
     bucket_tick,
     ipc_bytes,
@@ -102,7 +107,8 @@ log = logging.getLogger(__name__)
 STATEFUL_WRITER = "stateful-query"
 """The app-transaction id of the query's Delta commits (one writer; batch ids are its versions)."""
 DEFAULT_BUCKETS = 32
-"""Key buckets per cluster: fixed for a checkpoint's life (the state is keyed by bucket)."""
+"""The most key buckets a cluster gets (``BucketLayout``): fixed for a checkpoint's life (the state is keyed by
+bucket)."""
 PART_COLUMN = "part"
 PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
                           T.StructField(PART_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
@@ -140,7 +146,7 @@ class _Route:
     """``mapInArrow`` on a bronze table: the task's rows routed by ``route`` (``keyed_pipeline.route_znode_rows``
     or ``route_decision_rows``) in chunks of ``ROUTE_CHUNK_ROWS``, packed per key and part."""
 
-    def __init__(self, route: Callable[[pa.Table, int], list[tuple[StreamPart, pa.Table]]], buckets: int) -> None:
+    def __init__(self, route: Callable[[pa.Table, Buckets], list[tuple[StreamPart, pa.Table]]], buckets: Buckets) -> None:
         self.route, self.buckets = route, buckets
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -163,14 +169,14 @@ class _Route:
 
 
 def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | None = None,
-                    buckets: int = DEFAULT_BUCKETS,
+                    buckets: Buckets = DEFAULT_BUCKETS,
                     kafka_version: str = DEFAULT_KAFKA_VERSION,
                     offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
                     zookeeper_clusters: frozenset[str] = frozenset(), lake_root: str | None = None) -> DataFrame:
     """Every derived table's rows of the bronze streams as ``WRITTEN`` records: packed, or, with ``lake_root``, the files
     the operator wrote there (``StatefulSink`` commits them).
     ``zookeeper_clusters``: the clusters with a ZooKeeper history, whose KRaft records are not folded
-    (``pipelines.kraft_stage.route_kraft_rows``)."""
+    (``pipelines.kraft_stage.route_kraft_rows``); ``buckets``: every cluster's bucket count, or a layout."""
     routed = bronze.mapInArrow(_Route(route_znode_rows, buckets), PACKED_IN).unionByName(
         decisions.mapInArrow(_Route(route_decision_rows, buckets), PACKED_IN))
     if kraft is not None:
@@ -278,8 +284,9 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     """Start the pipeline over ``lake``'s bronze streams, writing every derived table.
 
     ``available_now``: every bronze commit present at start, then stop (a rebuild from a fresh checkpoint);
-    else ``processing_time`` (e.g. ``"1 second"``) for a monitor. ``buckets`` must stay the same for a
-    checkpoint. ``max_files_per_trigger``/``max_bytes_per_trigger`` cap a micro-batch (Delta's admission
+    else ``processing_time`` (e.g. ``"1 second"``) for a monitor. ``buckets``: the most buckets a cluster gets
+    on a new checkpoint (``checkpoint_buckets``; an existing one keeps its own).
+    ``max_files_per_trigger``/``max_bytes_per_trigger`` cap a micro-batch (Delta's admission
     control). ``writer_id``: default the checkpoint's own (``checkpoint_writer``). ``publish``: called on
     the driver with each batch's new anomalies once they are committed. ``quality``: the quality suites on
     each batch's new rows; ``maintain_every_s``: the lake's maintenance between batches this often (0: never);
@@ -287,14 +294,15 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     ``table_commit_s``: commit every table but the anomalies this often rather than in each micro-batch (0: in
     each), which ``finish_stateful_query`` completes once the query has stopped.
     """
+    if buckets < 1:
+        raise ValueError(f"buckets must be at least 1, got {buckets}")
+    layout = checkpoint_buckets(lake, checkpoint, buckets)
     if writer_id is None and not (Path(checkpoint) / WRITER_FILE).exists():
         foreign = [spec.name for spec in DERIVED if lake.exists(spec.name) and lake.row_count(spec.name)]
         if foreign:  # a fresh query would write every event of the history next to them again
             raise UserError(f"the derived tables ({', '.join(foreign)}) hold rows this checkpoint did not write: "
                             f"run `zkledger rebuild` (it starts the monitor's checkpoint at {checkpoint} afresh)")
     writer_id = writer_id or checkpoint_writer(checkpoint)
-    if buckets < 1:
-        raise ValueError(f"buckets must be at least 1, got {buckets}")
     if available_now == (processing_time is not None):
         raise ValueError("give available_now or processing_time, one of them")
     bronze, decisions = (stream_table(spark, lake, t.name, max_files_per_trigger=max_files_per_trigger,
@@ -306,7 +314,7 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s),
                         StagedFiles(checkpoint), table_commit_s)
     zookeeper_clusters = lake.clusters(ZNODE_EVENTS.name) if kraft is not None else frozenset()
-    writer = (stateful_stream(bronze, decisions, kraft, buckets, kafka_version, offline_blip,
+    writer = (stateful_stream(bronze, decisions, kraft, layout, kafka_version, offline_blip,
                               zookeeper_clusters, lake.root).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
@@ -369,6 +377,64 @@ def reads_kraft(lake: Lake, checkpoint: str | Path) -> bool:
     names = [ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name, *([KRAFT_RECORDS.name] if reads else [])]
     path.write_text("\n".join(names) + "\n")
     return reads
+
+
+BUCKETS_FILE = "zkledger-buckets"
+"""Beside a checkpoint's offsets: its ``BucketLayout`` (the state is keyed by bucket, so it is fixed for its life)."""
+
+
+def checkpoint_buckets(lake: Lake, checkpoint: str | Path, buckets: int) -> BucketLayout:
+    """The bucket layout of the query on ``checkpoint``: kept beside its offsets; on a new checkpoint, each cluster
+    of the lake sized by its partitions (at most ``buckets``), a cluster the lake does not hold yet ``buckets``.
+    A checkpoint begun before layouts were kept used ``buckets`` for every cluster."""
+    path = Path(checkpoint) / BUCKETS_FILE
+    if path.exists():
+        kept = BucketLayout.from_json(json.loads(path.read_text()))
+        if kept.default != buckets:
+            log.info("the checkpoint at %s keeps its %d buckets per cluster (settings: %d)", checkpoint,
+                     kept.default, buckets)
+        return kept
+    offsets = Path(checkpoint) / "offsets"
+    begun = offsets.is_dir() and any(offsets.iterdir())  # a batch ran: its state is keyed by some layout
+    layout = BucketLayout(buckets) if begun else BucketLayout.sized(buckets, cluster_partitions(lake))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(layout.to_json()))
+    tmp.replace(path)
+    return layout
+
+
+def cluster_partitions(lake: Lake) -> dict[str, int]:
+    """Each cluster's partitions in bronze ``znode_events``: its distinct partition-state znodes (read a batch
+    at a time: only each batch's distinct paths are held)."""
+    if not lake.exists(ZNODE_EVENTS.name):
+        return {}
+    def distinct(tables: list[pa.Table]) -> pa.Table:
+        return pa.concat_tables(tables).group_by(["cluster", "path"], use_threads=False).aggregate([])
+
+    held: list[pa.Table] = []
+    rows_held = known = 0
+    for batch in lake.scan_batches(ZNODE_EVENTS.name, ["cluster", "path"]):
+        rows = pa.Table.from_batches([batch])
+        rows = rows.filter(pc.fill_null(pc.ends_with(rows["path"], _STATE_SUFFIX), False))  # cheap, then exact
+        held.append(rows.select(["cluster", "path"]))
+        rows_held += rows.num_rows
+        if rows_held > 2 * known + _DISTINCT_EVERY_ROWS:  # memory follows the distinct znodes, not the history
+            held = [distinct(held)]
+            rows_held = known = held[0].num_rows
+    if not held:
+        return {}
+    paths = distinct(held)
+    paths = paths.filter(pc.match_substring_regex(paths["path"], _STATE_PATH))
+    counts = paths.group_by("cluster").aggregate([("path", "count")])
+    del held, paths
+    pa.default_memory_pool().release_unused()  # the driver holds no more of the scan while the query runs
+    return dict(zip(counts["cluster"].to_pylist(), counts["path_count"].to_pylist(), strict=True))
+
+
+_STATE_PATH = PATH_PATTERNS[PathKind.PARTITION_STATE].removeprefix("^")  # a chroot may precede it
+_STATE_SUFFIX = "/state"
+_DISTINCT_EVERY_ROWS = 250_000
 
 
 def checkpoint_writer(checkpoint: str | Path) -> str:

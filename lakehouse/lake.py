@@ -348,6 +348,14 @@ class Lake:
                 return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
         return self._load(table, version).to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
+    def scan_batches(self, table: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """The table's current rows, ``columns`` only, a record batch at a time (memory follows a batch)."""
+        if self.version(table) is None:
+            return
+        with self._current(table) as dt:
+            dataset = dt.to_pyarrow_dataset()
+        yield from dataset.to_batches(columns=columns, batch_readahead=1, fragment_readahead=1)
+
     def clusters(self, table: str) -> frozenset[str]:
         """The clusters that have rows in ``table`` (its cluster column only is read)."""
         if not self.exists(table) or self.version(table) is None:

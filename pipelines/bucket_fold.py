@@ -1,8 +1,8 @@
 """One key bucket's fold for the streaming query: the bucket's carried state and its micro-batch rows in, the
 fold's records and the bucket's next state out (Arrow only; no Spark, no lake).
 
-A bucket is a fixed set of (topic, partition) keys of one cluster (a stable hash of the key, modulo the bucket
-count). It receives its own keys' events and EVERY event of its cluster that has no partition but may change
+A bucket is a fixed set of (topic, partition) keys of one cluster (a stable hash of the key, modulo the
+cluster's bucket count, ``BucketLayout``). It receives its own keys' events and EVERY event of its cluster that has no partition but may change
 one: the controller-wide ones (elections, broker (de)registrations, epoch changes) and topic-level deletions
 (requests). So each bucket replays the cluster's controller timeline itself (``pipelines.controller.replay``,
 few rows), fans the cluster-wide events out over the keys it knows (``pipelines.fanout``, the same rule as the
@@ -16,8 +16,10 @@ its state store (one value per bucket) and checkpoints them.
 
 from __future__ import annotations
 
+import math
 import zlib
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import numpy as np
@@ -60,18 +62,86 @@ GLOBAL_COLUMNS = ("cluster", "zxid", "_seq", "path", "event_id", "type", "event_
 """The columns of a cluster-wide event each bucket keeps for its timeline replay."""
 
 
-def bucket_of(topic: pa.Array | pa.ChunkedArray, partition: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
-    """Each (topic, partition)'s bucket in ``range(buckets)``: the same in every process and run (CRC-32 of the
-    topic, computed once per distinct topic, mixed with the partition number)."""
+@dataclass(frozen=True)
+class BucketLayout:
+    """How many buckets each cluster's partitions spread over, fixed for a checkpoint's life (the state is keyed
+    by bucket). A key costs the same fixed work per micro-batch whatever it holds, so a cluster gets about one
+    bucket per ``PARTITIONS_PER_BUCKET`` partitions it had when the checkpoint began (``sized``), at most
+    ``default``; a cluster not seen then gets ``default``."""
+
+    default: int
+    clusters: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default < 1 or any(n < 1 for n in self.clusters.values()):
+            raise ValueError(f"bucket counts must be at least 1: {self.default}, {dict(self.clusters)}")
+
+    @classmethod
+    def sized(cls, default: int, partitions: Mapping[str, int]) -> BucketLayout:
+        """``partitions``: each cluster's partition count."""
+        return cls(default, {c: min(default, max(1, math.ceil(n / PARTITIONS_PER_BUCKET))) for c, n in partitions.items()})
+
+    def of(self, cluster: str) -> int:
+        return self.clusters.get(cluster, self.default)
+
+    def counts(self, cluster: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Each row's cluster's bucket count."""
+        if not self.clusters:
+            return np.full(len(cluster), self.default, np.int64)
+        names = pc.unique(cluster)
+        per_name = np.array([self.of(c) for c in names.to_pylist()], np.int64)
+        counts: np.ndarray = per_name[pc.index_in(cluster, names).to_numpy(zero_copy_only=False)]
+        return counts
+
+    def to_json(self) -> dict[str, object]:
+        return {"default": self.default, "clusters": dict(sorted(self.clusters.items()))}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> BucketLayout:
+        clusters = doc.get("clusters") or {}
+        assert isinstance(clusters, Mapping)
+        return cls(int(str(doc["default"])), {str(c): int(n) for c, n in clusters.items()})
+
+
+PARTITIONS_PER_BUCKET = 6_250
+"""Partitions per bucket when a cluster's bucket count is sized (200,000 partitions fill 32 buckets)."""
+Buckets = int | BucketLayout
+"""A bucket count for every cluster, or a layout per cluster."""
+
+
+def layout(buckets: Buckets) -> BucketLayout:
+    return buckets if isinstance(buckets, BucketLayout) else BucketLayout(buckets)
+
+
+def bucket_of(topic: pa.Array | pa.ChunkedArray, partition: pa.Array | pa.ChunkedArray,
+              buckets: int | np.ndarray) -> np.ndarray:
+    """Each (topic, partition)'s bucket in ``range(buckets)`` (``buckets``: one count, or each row's): the same in
+    every process and run (CRC-32 of the topic, computed once per distinct topic, mixed with the partition
+    number)."""
     topics = pc.unique(topic)
     crc = np.array([zlib.crc32((t or "").encode()) for t in topics.to_pylist()], np.uint64)
     topic_crc = crc[pc.index_in(topic, topics).to_numpy(zero_copy_only=False)]
     part = pc.fill_null(partition, 0).to_numpy(zero_copy_only=False).astype(np.uint64)
-    mixed: np.ndarray = (topic_crc ^ ((part * np.uint64(0x9E3779B1)) & np.uint64(0xFFFFFFFF))) % np.uint64(buckets)
+    mixed: np.ndarray = (topic_crc ^ ((part * np.uint64(0x9E3779B1)) & np.uint64(0xFFFFFFFF))) % np.asarray(
+        buckets).astype(np.uint64)
     return mixed.astype(np.int32)
 
 
-def route(meta: pa.Table, buckets: int) -> pa.Table:
+def _keyed_buckets(rows: pa.Table, buckets: Buckets) -> pa.Array:
+    """Each row's bucket, by its (cluster, topic, partition)."""
+    return pa.array(bucket_of(rows["topic"], rows["partition"], layout(buckets).counts(rows["cluster"])), pa.int32())
+
+
+def _copies(rows: pa.Table, buckets: Buckets) -> pa.Table:
+    """``rows`` copied to every bucket of their cluster, with a ``bucket`` column."""
+    counts = layout(buckets).counts(rows["cluster"])
+    starts = np.cumsum(counts) - counts
+    copies = rows.take(pa.array(np.repeat(np.arange(rows.num_rows), counts), pa.int64()))
+    numbers = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+    return copies.append_column(BUCKET_COLUMN, pa.array(numbers.astype(np.int32)))
+
+
+def route(meta: pa.Table, buckets: Buckets) -> pa.Table:
     """``meta`` with a ``bucket`` and an ``_emit`` column, each event where the streaming query needs it.
 
     An event with a partition: once, in its key's bucket (folded there if of a FOLDED_TYPES type, and written to
@@ -81,27 +151,23 @@ def route(meta: pa.Table, buckets: int) -> pa.Table:
     """
     has_partition = pc.is_valid(meta["partition"])
     own = meta.filter(has_partition)
-    own = own.append_column(BUCKET_COLUMN, pa.array(bucket_of(own["topic"], own["partition"], buckets), pa.int32()))
+    own = own.append_column(BUCKET_COLUMN, _keyed_buckets(own, buckets))
     partless = meta.filter(pc.invert(has_partition))
     parts = [_emitting(own, True), _emitting(at_stage(partless), True)]
     broadcast = pc.is_in(partless["type"], pa.array(BROADCAST_TYPES))
     every = partless.filter(broadcast)
     if every.num_rows:
-        copies = every.take(pa.array(np.repeat(np.arange(every.num_rows), buckets), pa.int64()))
-        copies = copies.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), every.num_rows)))
-        parts.append(_emitting(copies, False))
+        parts.append(_emitting(_copies(every, buckets), False))
     topic_level = partless.filter(pc.and_(pc.invert(broadcast), pc.is_in(partless["type"], pa.array(FOLDED_TYPES))))
     if topic_level.num_rows:
-        topic_level = topic_level.append_column(
-            BUCKET_COLUMN, pa.array(bucket_of(topic_level["topic"], topic_level["partition"], buckets), pa.int32()))
+        topic_level = topic_level.append_column(BUCKET_COLUMN, _keyed_buckets(topic_level, buckets))
         parts.append(_emitting(topic_level, False))
     return pa.concat_tables(parts)
 
 
-def to_every_bucket(rows: pa.Table, buckets: int) -> pa.Table:
+def to_every_bucket(rows: pa.Table, buckets: Buckets) -> pa.Table:
     """``rows`` (one or a few per cluster) copied to every bucket of their cluster, with a ``bucket`` column."""
-    copies = rows.take(pa.array(np.repeat(np.arange(rows.num_rows), buckets), pa.int64()))
-    return copies.append_column(BUCKET_COLUMN, pa.array(np.tile(np.arange(buckets, dtype=np.int32), rows.num_rows)))
+    return _copies(rows, buckets)
 
 
 def widened_range(carried: pa.Table, batch: pa.Table | None) -> pa.Table:
@@ -138,12 +204,12 @@ def _emitting(rows: pa.Table, emit: bool) -> pa.Table:
     return rows.append_column(EMIT_COLUMN, pa.array(np.full(rows.num_rows, emit)))
 
 
-def route_decisions(decisions: pa.Table, buckets: int) -> pa.Table:
+def route_decisions(decisions: pa.Table, buckets: Buckets) -> pa.Table:
     """``decisions`` with a ``bucket`` column: every row to its cluster's stage (the controller terms and
     resignations read them all), and a row about one partition also to that partition's bucket (checked there
     against the writes ZooKeeper held)."""
     keyed = decisions.filter(pc.and_(pc.is_valid(decisions["topic"]), pc.is_valid(decisions["partition"])))
-    own = keyed.append_column(BUCKET_COLUMN, pa.array(bucket_of(keyed["topic"], keyed["partition"], buckets), pa.int32()))
+    own = keyed.append_column(BUCKET_COLUMN, _keyed_buckets(keyed, buckets))
     return pa.concat_tables([own, at_stage(decisions)])
 
 
@@ -177,7 +243,7 @@ ZK_TIME = pa.schema([pa.field("cluster", pa.string()), pa.field("zk_time", pa.in
 _ZK_TIME_STATE = pa.schema([ZK_TIME.field("zk_time")])
 
 
-def zk_times(meta: pa.Table, buckets: int) -> pa.Table:
+def zk_times(meta: pa.Table, buckets: Buckets) -> pa.Table:
     """``meta``'s latest ZooKeeper event time per cluster, with a ``bucket`` column sending it to every bucket of
     the cluster: a bucket settles its decisions (``detectors.settle_decisions``) by the whole cluster's
     ZooKeeper history, not only by its own keys' writes."""

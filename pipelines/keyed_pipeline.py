@@ -28,6 +28,7 @@ from pipelines.bucket_fold import (
     EMIT_COLUMN,
     GLOBAL_COLUMNS,
     TXNLOG_COLUMN,
+    Buckets,
     BucketState,
     at_stage,
     bucket_step,
@@ -53,7 +54,7 @@ KRAFT_ROWS = spark_arrow_schema(KRAFT_RECORDS)
 KeyState = BucketState | ClusterState | KraftState
 
 
-def route_znode_rows(bronze: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
+def route_znode_rows(bronze: pa.Table, buckets: Buckets) -> list[tuple[StreamPart, pa.Table]]:
     """Bronze ``znode_events`` rows decoded at once (a change both collectors delivered is deduplicated within
     them) and routed: each part's rows with the ``bucket`` column of the key they go to. Quarantine, gap rows
     and the transaction log's zxid range go to the cluster's stage; each cluster's latest ZooKeeper time to all
@@ -76,12 +77,12 @@ def _is_txnlog(bronze: pa.Table) -> pa.ChunkedArray:
     return pc.fill_null(pc.equal(bronze["source"], str(Source.TXNLOG)), False)
 
 
-def route_decision_rows(decisions: pa.Table, buckets: int) -> list[tuple[StreamPart, pa.Table]]:
+def route_decision_rows(decisions: pa.Table, buckets: Buckets) -> list[tuple[StreamPart, pa.Table]]:
     """Bronze ``controller_decisions`` rows, each to its cluster's stage and, about one partition, its bucket."""
     return [(StreamPart.DECISIONS, route_decisions(decisions, buckets))]
 
 
-def route_kraft_records(records: pa.Table, buckets: int,
+def route_kraft_records(records: pa.Table, buckets: Buckets,
                         zookeeper_clusters: frozenset[str] = frozenset()) -> list[tuple[StreamPart, pa.Table]]:
     """Bronze ``kraft_records`` rows, each to its cluster's KRaft key (``pipelines.kraft_stage``); none of a
     cluster that has a ZooKeeper history (``route_kraft_rows``)."""

@@ -39,6 +39,18 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 _ZK: dict[str, EmbeddedZooKeeper] = {}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def buckets_of_small_histories() -> Iterator[None]:
+    """A query begun in this process gives a cluster one bucket per partition (up to its ``buckets``): the tests'
+    histories have a few partitions, and the routing they check is that of a large cluster's many buckets
+    (``pipelines.bucket_fold.BucketLayout``; tests/engine/test_checkpoint_buckets.py sizes as shipped)."""
+    from pipelines import bucket_fold
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bucket_fold, "PARTITIONS_PER_BUCKET", 1)
+        yield
+
+
 @pytest.fixture(scope="session")
 def settings() -> Settings:
     """The defaults from conf/base.toml."""

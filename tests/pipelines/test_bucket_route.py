@@ -8,9 +8,20 @@ import sys
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from models.events import MetadataEventType
-from pipelines.bucket_fold import BUCKET_COLUMN, CLUSTER_STAGE, EMIT_COLUMN, bucket_of, route, route_decisions
+from pipelines.bucket_fold import (
+    BUCKET_COLUMN,
+    CLUSTER_STAGE,
+    EMIT_COLUMN,
+    PARTITIONS_PER_BUCKET,
+    BucketLayout,
+    bucket_of,
+    route,
+    route_decisions,
+    to_every_bucket,
+)
 
 T = MetadataEventType
 
@@ -58,3 +69,35 @@ def test_a_decision_goes_to_its_stage_and_to_its_partitions_bucket() -> None:
     own = bucket_of(pa.array(["t"]), pa.array([0], pa.int32()), 4)[0]
     assert sorted(zip(routed["line_no"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), strict=True)) == [
         (1, CLUSTER_STAGE), (1, own), (2, CLUSTER_STAGE)]
+
+
+def test_a_cluster_gets_buckets_by_its_partitions_at_most_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines import bucket_fold
+
+    monkeypatch.setattr(bucket_fold, "PARTITIONS_PER_BUCKET", PARTITIONS_PER_BUCKET)  # as shipped (tests/conftest.py)
+    layout = BucketLayout.sized(32, {"big": 200_000, "small": 10_000, "tiny": 3, "none": 0})
+    assert dict(layout.clusters) == {"big": 32, "small": 2, "tiny": 1, "none": 1}
+    assert layout.of("small") == 2 and layout.of("unseen") == 32  # a cluster that came later gets the default
+    assert layout.counts(pa.array(["tiny", "unseen", "small", "tiny"])).tolist() == [1, 32, 2, 1]
+    assert BucketLayout.sized(8, {"c": 8 * PARTITIONS_PER_BUCKET + 1}).of("c") == 8
+    assert BucketLayout.from_json(layout.to_json()) == layout
+    with pytest.raises(ValueError, match="at least 1"):
+        BucketLayout(0)
+
+
+def test_each_cluster_s_events_spread_over_its_own_buckets() -> None:
+    layout = BucketLayout(32, {"small": 2})
+    n = 400
+    meta = pa.table({"cluster": ["small"] * n + ["big"] * n, "type": [str(T.PARTITION_STATE_WRITTEN)] * (2 * n),
+                     "topic": ["t"] * (2 * n), "partition": pa.array(list(range(n)) * 2, pa.int32()),
+                     "zxid": list(range(2 * n))})
+    routed = route(meta, layout)
+    small = set(routed.filter(pa.compute.equal(routed["cluster"], "small"))[BUCKET_COLUMN].to_pylist())
+    big = routed.filter(pa.compute.equal(routed["cluster"], "big"))[BUCKET_COLUMN].to_numpy()
+    assert small == {0, 1}
+    assert big.tolist() == bucket_of(pa.array(["t"] * n), pa.array(range(n), pa.int32()), 32).tolist()
+    # a cluster-wide row goes to every bucket of its own cluster
+    ranges = pa.table({"cluster": ["small", "big"], "lo": [1, 5], "hi": [2, 9]})
+    copies = to_every_bucket(ranges, layout)
+    assert sorted(zip(copies["cluster"].to_pylist(), copies[BUCKET_COLUMN].to_pylist(), strict=True)) == sorted(
+        [("small", 0), ("small", 1), *(("big", b) for b in range(32))])
