@@ -29,25 +29,45 @@ def metadata_event_ids(cluster: pa.Array, zxid: pa.Array, path: pa.Array, op: pa
     encoded = pc.dictionary_encode(znode)  # the distinct znodes and each row's, in one hash pass
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
-    hashes = pa.array([_znode_hash(s) for s in encoded.dictionary.to_pylist()], pa.string())
+    hashes = _ZNODE_HASHES.lookup(encoded.dictionary)
     seq_text = pa.scalar("0") if seq is None else pc.cast(seq, pa.string())
     return pc.binary_join_element_wise(pc.fill_null(pc.cast(zxid, pa.string()), ""),
                                        pc.take(hashes, encoded.indices), seq_text, "-")
 
 
-_ZNODE_HASHES: dict[str, str] = {}  # a cluster has a bounded set of znodes: successive batches reuse the hashes
+class _ZnodeHashes:
+    """The znode hashes this process has computed, as two Arrow arrays: a batch looks its distinct znodes up in
+    one vectorised pass and hashes only the new ones (a cluster has a bounded set of znodes, so successive
+    batches mostly find theirs)."""
+
+    LIMIT = 2_000_000
+
+    def __init__(self) -> None:
+        # one (keys, hashes) pair, replaced whole: the decode threads may look up at once
+        self.known = (pa.array([], pa.string()), pa.array([], pa.string()))
+
+    def lookup(self, znodes: pa.Array) -> pa.Array:
+        """The hash of each "cluster<US>path<US>op" key: ``event_id(cluster, "meta", path, op)``."""
+        keys, hashes = self.known
+        at = pc.index_in(znodes, value_set=keys)
+        if at.null_count == 0:
+            return pc.take(hashes, at)
+        new = znodes.filter(pc.is_null(at))
+        fresh = pa.array([_znode_hash(s) for s in new.to_pylist()], pa.string())
+        if len(keys) + len(new) > self.LIMIT:
+            keys, hashes = new, fresh
+        else:
+            keys, hashes = pa.concat_arrays([keys, new]), pa.concat_arrays([hashes, fresh])
+        self.known = (keys, hashes)
+        return pc.take(hashes, pc.index_in(znodes, value_set=keys))
+
+
+_ZNODE_HASHES = _ZnodeHashes()
 
 
 def _znode_hash(cluster_path_op: str) -> str:
-    """``event_id(cluster, "meta", path, op)`` of a "cluster<US>path<US>op" key."""
-    h = _ZNODE_HASHES.get(cluster_path_op)
-    if h is None:
-        if len(_ZNODE_HASHES) >= 2_000_000:
-            _ZNODE_HASHES.clear()
-        cluster, rest = cluster_path_op.split(_ID_SEP, 1)
-        joined = f"{cluster}{_ID_SEP}meta{_ID_SEP}{rest}"
-        h = _ZNODE_HASHES[cluster_path_op] = hashlib.sha1(joined.encode("utf-8")).hexdigest()[:24]
-    return h
+    cluster, rest = cluster_path_op.split(_ID_SEP, 1)
+    return hashlib.sha1(f"{cluster}{_ID_SEP}meta{_ID_SEP}{rest}".encode()).hexdigest()[:24]
 
 
 def step_ids(source_ids: pa.Array, partitions: pa.Array, machine: str, step_n: npt.NDArray[np.int64]) -> pa.Array:

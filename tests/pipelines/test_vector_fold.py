@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -172,3 +173,17 @@ def test_metadata_event_ids_match_the_model() -> None:
     assert got == [metadata_event_id("c", 5, "/a", "SET", 0), metadata_event_id("c", 6, None, "SET", 2),
                    metadata_event_id("d", 5, "/a", "SET", 0)]
     assert len(set(got)) == 3
+
+
+def test_metadata_event_ids_stay_those_of_the_model_across_batches_and_a_full_cache(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines import arrow_ids
+
+    monkeypatch.setattr(arrow_ids, "_ZNODE_HASHES", arrow_ids._ZnodeHashes())
+    monkeypatch.setattr(arrow_ids._ZnodeHashes, "LIMIT", 5)
+    for batch in ([f"/p{i}" for i in range(3)], [f"/p{i}" for i in range(1, 5)], [f"/q{i}" for i in range(4)],
+                  ["/p0", "/q3"]):  # known, partly known, past the limit (the cache starts over), known again
+        n = len(batch)
+        got = metadata_event_ids(pa.array(["c"] * n), pa.array(range(n), pa.int64()), pa.array(batch),
+                                 pa.array(["SET"] * n)).to_pylist()
+        assert got == [metadata_event_id("c", i, p, "SET", 0) for i, p in enumerate(batch)]
