@@ -77,3 +77,23 @@ def test_only_the_session_s_jvm_gets_fewer_malloc_arenas(spark: object) -> None:
     jvm = spark.sparkContext._jvm
     assert jvm is not None and jvm.java.lang.System.getenv("MALLOC_ARENA_MAX") == JVM_MALLOC_ARENAS
     assert "MALLOC_ARENA_MAX" not in os.environ
+
+
+def test_the_python_workers_allocate_arrow_buffers_with_the_system_allocator(spark: object) -> None:
+    """What pipelines.parallel.use_system_allocator gives the driver-side commands, the workers get from the
+    session's conf (``spark.executorEnv``), here and on a cluster's executors."""
+    from collections.abc import Iterator
+
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from services.spark_session import WORKER_ARROW_POOL
+
+    def backend(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([{"pool": pa.default_memory_pool().backend_name}])
+
+    assert isinstance(spark, SparkSession)
+    pools = {r["pool"] for r in spark.range(2, numPartitions=2).mapInArrow(backend, "pool string").collect()}
+    assert pools == {WORKER_ARROW_POOL}
