@@ -33,6 +33,11 @@ import pyarrow.parquet as pq
 from lakehouse.arrow_schema import spec_for
 from models.tables import ALL_TABLES, TableSpec
 
+ROW_GROUP_ROWS = 128 * 1024
+"""Rows per Parquet row group of every file zkledger writes: Spark splits a file into tasks at row groups (a
+micro-batch of one large bronze file is then routed on every core), and a zxid-range read of a sorted file
+skips the row groups it does not need."""
+
 STAGED_DIR = "zkledger-staged"
 """The folder of a query's checkpoint listing its staged batches, one JSON file each."""
 _KEYED = re.compile(r"^k(?P<cluster>[0-9a-f]{16})\.(?P<bucket>-?\d+)\.[0-9a-f]{32}\.parquet$")
@@ -70,7 +75,7 @@ def write_data_file(table_path: str, table: str, rows: pa.Table, key: tuple[str,
     name = (f"k{cluster_tag(key[0])}.{key[1]}.{uuid.uuid4().hex}.parquet" if key is not None
             else f"part-{uuid.uuid4().hex}.parquet")
     full = os.path.join(table_path, name)
-    pq.write_table(rows, full, compression="snappy")
+    pq.write_table(rows, full, compression="snappy", row_group_size=ROW_GROUP_ROWS)
     return DataFile(table, name, os.path.getsize(full), rows.num_rows, file_stats(table, rows),
                     int(time.time() * 1000))
 

@@ -28,12 +28,12 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakehouse.arrow_schema import arrow_schema, spec_for
-from lakehouse.files import DataFile, file_key
+from lakehouse.files import ROW_GROUP_ROWS, DataFile, file_key
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,10 @@ def crash_point(stage: str, batch_seq: int) -> None:
     if want and want == f"{stage}:{batch_seq}":
         log.warning("crash hook %s: killing pid %d", want, os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_WRITER_PROPERTIES = WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY")
+"""delta-rs' own compression, in the row groups Spark splits a file's tasks at (``files.ROW_GROUP_ROWS``)."""
 
 
 class Lake:
@@ -229,7 +233,8 @@ class Lake:
 
         def write(dt: DeltaTable, properties: CommitProperties) -> None:
             write_deltalake(dt, data, mode=mode, commit_properties=properties,
-                            schema_mode="overwrite" if new_schema else None)
+                            schema_mode="overwrite" if new_schema else None,
+                            writer_properties=_WRITER_PROPERTIES)
 
         done = self._commit_once(table, writer_id, batch_seq, write, metadata)
         if done:

@@ -54,7 +54,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import CommitFailedError
 
-from lakehouse.files import STAGED_DIR, StagedFiles
+from lakehouse.files import ROW_GROUP_ROWS, STAGED_DIR, StagedFiles
 from models.tables import ALL_TABLES, KEYED_STATE_TABLES
 
 if TYPE_CHECKING:
@@ -79,9 +79,6 @@ STREAM_MARGIN_HOURS = 1
 """Extra retention kept beyond the age of the oldest version a stream still needs."""
 
 CLUSTER_COLUMN = "zxid"
-ROW_GROUP_ROWS = 128 * 1024
-"""Rows per Parquet row group of rewritten files: a zxid-range read then skips the row groups of a sorted file
-it does not need (delta-rs' default of ~1 M rows makes a read fetch most of a file)."""
 ZORDER_MIN_DEPTH = 1.5
 """Z-order a table on zxid when its files' zxid spans add up to more than this many times the table's span."""
 
