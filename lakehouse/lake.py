@@ -358,8 +358,15 @@ class Lake:
         if self.version(table) is None:
             return
         with self._current(table) as dt:
-            dataset = dt.to_pyarrow_dataset()
-        yield from dataset.to_batches(columns=columns, batch_readahead=1, fragment_readahead=1)
+            local = os.path.isdir(self.table_path(table)) and not needs_delta_rs_scan(dt)
+            files = [unquote(urlparse(p).path) if "://" in p else os.path.join(self.table_path(table), p)
+                     for p in dt.file_uris()] if local else []
+            dataset = None if local else dt.to_pyarrow_dataset()
+        if dataset is not None:
+            yield from dataset.to_batches(columns=columns, batch_readahead=1, fragment_readahead=1)
+            return
+        for path in files:  # Arrow's own reader: delta-rs' dataset reads through a Python file handler
+            yield from pq.ParquetFile(path).iter_batches(columns=columns, use_threads=False)
 
     def clusters(self, table: str) -> frozenset[str]:
         """The clusters that have rows in ``table`` (its cluster column only is read)."""

@@ -95,3 +95,18 @@ def test_the_connector_reads_and_appends_to_committed_files(spark: Any, tmp_path
     frame.filter("zxid < 2").write.format("delta").mode("append").save(path)  # the connector after delta-rs
     lake.commit_files(TABLE, [write_data_file(path, TABLE, _transitions(lake, range(20, 22)))], "w", 1)
     assert sorted(lake.read_arrow(TABLE)["zxid"].to_pylist()) == sorted([*range(10), 0, 1, 20, 21])
+
+
+def test_scan_batches_reads_the_current_rows_by_either_reader(lake: Lake) -> None:
+    from deltalake import write_deltalake
+
+    rows = _transitions(lake, range(0, 30))
+    lake.append(TABLE, rows.slice(0, 20), "w", 0)
+    lake.overwrite(TABLE, rows.slice(10, 20), "w", 1)  # the first file is no longer a current one
+    got = pa.Table.from_batches(list(lake.scan_batches(TABLE, ["zxid", "cluster"])))  # Arrow's reader, file by file
+    assert got.column_names == ["zxid", "cluster"] and sorted(got["zxid"].to_pylist()) == list(range(10, 30))
+    # a partitioned table's files lack their partition column: delta-rs' own scan reads it
+    write_deltalake(lake.table_path(STATE), _state(lake, range(4), 1), partition_by=["cluster"])
+    got = pa.Table.from_batches(list(lake.scan_batches(STATE, ["cluster", "partition"])))
+    assert sorted(got.to_pylist(), key=lambda r: r["partition"]) == [
+        {"cluster": lake.cluster, "partition": p} for p in range(4)]
