@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -97,10 +98,8 @@ class BucketLayout:
         return {"default": self.default, "clusters": dict(sorted(self.clusters.items()))}
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> BucketLayout:
-        clusters = doc.get("clusters") or {}
-        assert isinstance(clusters, Mapping)
-        return cls(int(str(doc["default"])), {str(c): int(n) for c, n in clusters.items()})
+    def from_json(cls, doc: Mapping[str, Any]) -> BucketLayout:
+        return cls(int(doc["default"]), {str(c): int(n) for c, n in (doc.get("clusters") or {}).items()})
 
 
 PARTITIONS_PER_BUCKET = 6_250
@@ -110,6 +109,7 @@ Buckets = int | BucketLayout
 
 
 def layout(buckets: Buckets) -> BucketLayout:
+    """``buckets`` as a layout (one count: every cluster's)."""
     return buckets if isinstance(buckets, BucketLayout) else BucketLayout(buckets)
 
 
