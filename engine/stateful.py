@@ -97,6 +97,7 @@ from pipelines.keyed_pipeline import (
     step_key,
 )
 from pipelines.kraft_stage import KRAFT_STAGE, KraftState
+from pipelines.parallel import release_free_memory
 from services.errors import UserError
 
 if TYPE_CHECKING:
@@ -166,6 +167,7 @@ class _Route:
             packed = _packed(rows, part)
             if packed is not None:
                 yield packed
+        release_free_memory()
 
 
 def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | None = None,
@@ -271,7 +273,7 @@ class PipelineProcessor(StatefulProcessor):
         return BucketState(**{name: self._bucket_part(name) for name in self.bucket_parts})
 
     def close(self) -> None:
-        pass
+        release_free_memory()
 
 
 def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,

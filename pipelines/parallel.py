@@ -6,7 +6,9 @@ Arrow kernels that release the GIL, so threads overlap.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -35,6 +37,27 @@ def use_system_allocator() -> None:
     """
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+def release_free_memory() -> None:
+    """Hand the C library's free heap pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    A Python worker of the query keeps what glibc freed after its largest chunk until it exits, so each of the
+    session's workers holds its high-water mark while the others work; called after each task's chunk and key."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> ctypes.CDLL | None:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+_LIBC = _glibc()
 
 
 def concat_or_empty(tables: Sequence[pa.Table], schema: pa.Schema) -> pa.Table:

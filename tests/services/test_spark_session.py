@@ -97,3 +97,18 @@ def test_the_python_workers_allocate_arrow_buffers_with_the_system_allocator(spa
     assert isinstance(spark, SparkSession)
     pools = {r["pool"] for r in spark.range(2, numPartitions=2).mapInArrow(backend, "pool string").collect()}
     assert pools == {WORKER_ARROW_POOL}
+
+
+def test_a_local_session_s_jvm_heap_is_capped_at_the_local_driver_memory(spark: object) -> None:
+    """Local mode runs the executors' tasks in the driver JVM: its heap cap is LOCAL_DRIVER_MEMORY, whatever
+    Spark's default, and the settings' ``spark.extra`` can raise it."""
+    from pyspark.sql import SparkSession
+
+    from services.spark_session import LOCAL_DRIVER_MEMORY
+
+    assert isinstance(spark, SparkSession)
+    assert spark.sparkContext.getConf().get("spark.driver.memory") == LOCAL_DRIVER_MEMORY
+    runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+    assert runtime.maxMemory() <= 1024 ** 3
+    raised = spark_conf(load_settings(overrides={"spark.extra": {"spark.driver.memory": "3g"}}))
+    assert raised["spark.driver.memory"] == "3g"
