@@ -43,7 +43,8 @@ def release_free_memory() -> None:
     """Hand the C library's free heap pages back to the system (glibc's ``malloc_trim``; elsewhere nothing).
 
     A Python worker of the query keeps what glibc freed after its largest chunk until it exits, so each of the
-    session's workers holds its high-water mark while the others work; called after each task's chunk and key."""
+    session's workers would hold its high-water mark while the others work; the query calls it after each routed
+    chunk and at the end of each operator task."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
 
