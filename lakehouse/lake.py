@@ -359,8 +359,7 @@ class Lake:
             return
         with self._current(table) as dt:
             local = os.path.isdir(self.table_path(table)) and not needs_delta_rs_scan(dt)
-            files = [unquote(urlparse(p).path) if "://" in p else os.path.join(self.table_path(table), p)
-                     for p in dt.file_uris()] if local else []
+            files = [self._data_file_path(table, p) for p in dt.file_uris()] if local else []
             dataset = None if local else dt.to_pyarrow_dataset()
         if dataset is not None:
             yield from dataset.to_batches(columns=columns, batch_readahead=1, fragment_readahead=1)
@@ -391,10 +390,12 @@ class Lake:
         for path, rows, nulls, low, high in zip(*(actions.column(name).to_pylist() for name in needed), strict=True):
             if rows is None or nulls is None or (nulls < rows and (low is None or high is None)):
                 return None  # no statistics for this file
-            absolute = (unquote(urlparse(path).path) if "://" in path
-                        else os.path.join(self.table_path(table), unquote(path)))
-            spans.append(FileSpan(absolute, rows, nulls, low, high))
+            spans.append(FileSpan(self._data_file_path(table, path), rows, nulls, low, high))
         return spans
+
+    def _data_file_path(self, table: str, path: str) -> str:
+        """A data file's local path from the Delta log's (a URI, or relative to the table and URL-encoded)."""
+        return unquote(urlparse(path).path) if "://" in path else os.path.join(self.table_path(table), unquote(path))
 
     def snapshot(self, table: str, version: int | None = None, as_of: datetime | None = None) -> DeltaTable:
         """A delta-rs DeltaTable pinned to a version or a time (time travel)."""

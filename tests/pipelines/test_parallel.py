@@ -41,7 +41,7 @@ def test_release_free_memory_hands_freed_heap_pages_back() -> None:
     the other workers run); after ``release_free_memory`` they are gone."""
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
     out = subprocess.run([sys.executable, "-c", _FREED_THEN_RELEASED], capture_output=True, text=True, env=env,
-                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                         check=True)
     freed, released = (int(v) for v in out.stdout.split())
     assert freed >= 200, out.stdout  # held after free
     assert released <= freed - 150, out.stdout
