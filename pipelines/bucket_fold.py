@@ -4,14 +4,14 @@ fold's records and the bucket's next state out (Arrow only; no Spark, no lake).
 A bucket is a fixed set of (topic, partition) keys of one cluster (a stable hash of the key, modulo the
 cluster's bucket count, ``BucketLayout``). It receives its own keys' events and EVERY event of its cluster that has no partition but may change
 one: the controller-wide ones (elections, broker (de)registrations, epoch changes) and topic-level deletions
-(requests). So each bucket replays the cluster's controller timeline itself (``pipelines.controller.replay``,
-few rows), fans the cluster-wide events out over the keys it knows (``pipelines.fanout``, the same rule as the
+(requests). So each bucket replays the cluster's controller timeline itself when such events arrive
+(``pipelines.controller.replay``) and carries what the replay gave, fans the cluster-wide events out over the keys it knows (``pipelines.fanout``, the same rule as the
 batch rule: keys carried or seen before the event's zxid), and folds its rows with the same vectorised
 kernel (``pipelines.keyed_fold.fold_local`` -> ``pipelines.vector_fold``). Nothing about other buckets is
 needed: the fold is per key, and what is shared (the timeline) every bucket derives from the same events.
 
-The carried state is three Arrow tables (``BucketState``), serialised as Arrow IPC bytes: Spark keeps them in
-its state store (one value per bucket) and checkpoints them.
+The carried state is Arrow tables (``BucketState``), serialised as Arrow IPC bytes: Spark keeps them in its
+state store (one value per part of a bucket's state) and checkpoints them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from lakehouse.spark_schema import spark_arrow_schema
 from models.tables import (
     ANOMALIES,
+    CONTROLLER_TENURE,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
@@ -38,11 +39,11 @@ from models.tables import (
 )
 from pipelines import detectors as D
 from pipelines.controller import GLOBAL_TYPES, ZOMBIE_WRITE_COLUMNS, Timeline, replay, zk_split_brain
-from pipelines.detectors import ZK_WRITE_COLUMNS, ZK_WRITE_SCHEMA, distinct_writes
+from pipelines.detectors import ZK_WRITE_SCHEMA
 from pipelines.fanout import TOPIC_LEVEL_TYPES, fanned_events, fanout_rows, touched_by_fanout
 from pipelines.fold_records import FoldRecord
 from pipelines.keyed_fold import _key_codes, fold_local
-from pipelines.state_machines import PARTITION_TYPES, GlobalContext
+from pipelines.state_machines import CONTEXT_POINTS, PARTITION_TYPES, GlobalContext
 
 FOLDED_TYPES = tuple(dict.fromkeys((*PARTITION_TYPES, *GLOBAL_TYPES)))
 """The metadata event types the fold reads (every other decoded row is of no use to it)."""
@@ -216,9 +217,10 @@ def route_decisions(decisions: pa.Table, buckets: Buckets) -> pa.Table:
 @dataclass
 class BucketState:
     """What a bucket carries between micro-batches: its keys' partition and replica state rows (the lake's
-    ``partition_state``/``replica_state`` schemas), its cluster's timeline events so far, and the (leader, leader
-    epoch) pairs its keys' partition states have held, the newest ``detectors.ZK_WRITES_KEPT_EPOCHS`` per key
-    (``detectors.distinct_writes``: what logged decisions are checked against)."""
+    ``partition_state``/``replica_state`` schemas), its cluster's timeline events so far and what their replay
+    gave (``bucket_timeline``), and the (leader, leader epoch) pairs its keys' partition states have held, the
+    newest ``detectors.ZK_WRITES_KEPT_EPOCHS`` per key (``detectors.distinct_writes``: what logged decisions are
+    checked against)."""
 
     partition_state: pa.Table
     replica_state: pa.Table
@@ -229,13 +231,18 @@ class BucketState:
     zk_time: pa.Table  # ZK_TIME less the cluster: the latest ZooKeeper event time of its cluster (0 or 1 row)
     txnlog: pa.Table  # TXNLOG_RANGE of its cluster
     open_episodes: pa.Table  # detectors.OPEN_EPISODES: its keys' episodes started and not ended yet
+    context: pa.Table  # CONTEXT_POINTS: the replayed timeline's GlobalContext
+    tenure: pa.Table  # controller_tenure rows: the replayed timeline's ZooKeeper controller terms
 
     @classmethod
     def empty(cls, meta_schema: pa.Schema) -> BucketState:
         return cls(spark_arrow_schema(PARTITION_STATE).empty_table(), spark_arrow_schema(REPLICA_STATE).empty_table(),
                    _global_schema(meta_schema).empty_table(), ZK_WRITE_SCHEMA.empty_table(), RECENT_IDS.empty_table(),
                    D.PENDING_DECISIONS.empty_table(), _ZK_TIME_STATE.empty_table(), TXNLOG_RANGE.empty_table(),
-                   D.OPEN_EPISODES.empty_table())
+                   D.OPEN_EPISODES.empty_table(), CONTEXT_POINTS.empty_table(), _TENURE.empty_table())
+
+
+_TENURE = spark_arrow_schema(CONTROLLER_TENURE)
 
 
 ZK_TIME = pa.schema([pa.field("cluster", pa.string()), pa.field("zk_time", pa.int64())])
@@ -298,17 +305,21 @@ def _global_schema(meta_schema: pa.Schema) -> pa.Schema:
     return pa.schema([meta_schema.field(c) for c in GLOBAL_COLUMNS])
 
 
-def bucket_timeline(state: BucketState, rows: pa.Table) -> tuple[Timeline, pa.Table]:
-    """The cluster's timeline after this batch, and the timeline events to carry (deduplicated by id)."""
+def bucket_timeline(state: BucketState, rows: pa.Table) -> tuple[Timeline, BucketState]:
+    """The cluster's timeline after this batch (its context and ZooKeeper controller terms) and the state
+    carrying it. The carried timeline events (deduplicated by id) are replayed only when the batch brings some
+    (elections, broker changes: rare), or when a state from before the replay was carried holds events but not
+    their context; any other batch reads the carried replay back, and leaves those parts as they were."""
     batch = rows.filter(pc.is_in(rows["type"], pa.array(GLOBAL_TYPES))).select(list(GLOBAL_COLUMNS))
-    events = pa.concat_tables([state.global_events, batch.cast(state.global_events.schema)])
-    if batch.num_rows:
-        _, first = np.unique(events["event_id"].to_numpy(zero_copy_only=False), return_index=True)
-        events = events.take(pa.array(np.sort(first), pa.int64()))
-    if events.num_rows == 0:
-        return Timeline(GlobalContext()), events
-    cluster = events["cluster"][0].as_py()
-    return replay(cluster, events.to_pylist()), events
+    carried = state.global_events
+    if batch.num_rows == 0 and (state.context.num_rows or carried.num_rows == 0):
+        return Timeline(GlobalContext.from_table(state.context), tenure=state.tenure.to_pylist()), state
+    events = pa.concat_tables([carried, batch.cast(carried.schema)])
+    _, first = np.unique(events["event_id"].to_numpy(zero_copy_only=False), return_index=True)
+    events = events.take(pa.array(np.sort(first), pa.int64()))
+    timeline = replay(events["cluster"][0].as_py(), events.to_pylist())
+    return timeline, replace(state, global_events=events, context=timeline.ctx.to_table(),
+                             tenure=pa.Table.from_pylist(timeline.tenure, _TENURE))
 
 
 def touched_seeds(ps: pa.Table, rs: pa.Table, meta: pa.Table, ctx: GlobalContext) -> tuple[pa.Table, pa.Table]:
@@ -340,7 +351,7 @@ def fold_bucket(state: BucketState, rows: pa.Table,
     ``rows``: decoded metadata events (``metadata_events`` columns and ``_seq``) of this bucket's keys and the
     broadcast ones of its cluster, in any order (the fold orders its rows).
     """
-    timeline, global_events = bucket_timeline(state, rows)
+    timeline, state = bucket_timeline(state, rows)
     ctx = timeline.ctx
     seeds = touched_seeds(state.partition_state, state.replica_state, rows, ctx)
     fanned = fanout_rows(rows, seeds[0], ctx)
@@ -348,9 +359,8 @@ def fold_bucket(state: BucketState, rows: pa.Table,
     # a key's rows in the fold's output replace all its carried rows
     ps = merged_state(state.partition_state, fold[FoldRecord.PARTITION_STATE])
     rs = merged_state(state.replica_state, fold[FoldRecord.REPLICA_STATE])
-    writes = fold[FoldRecord.WRITE].select(list(ZK_WRITE_COLUMNS)).cast(ZK_WRITE_SCHEMA)
-    zk = distinct_writes(pa.concat_tables([state.zk_writes, writes])) if writes.num_rows else state.zk_writes
-    return fold, replace(state, partition_state=ps, replica_state=rs, global_events=global_events, zk_writes=zk), timeline
+    zk = D.advanced_writes(state.zk_writes, fold[FoldRecord.WRITE])
+    return fold, replace(state, partition_state=ps, replica_state=rs, zk_writes=zk), timeline
 
 
 def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: pa.Table | None,

@@ -369,8 +369,9 @@ def distinct_writes(writes: pa.Table) -> pa.Table:
     partition its ZK_WRITES_KEPT_EPOCHS newest distinct rows by leader epoch (then by leader, so ties at the cut
     fall the same way in any order). A row missing a part never matches a decision and is not kept.
 
-    The one retention rule of both engines: it composes (``distinct_writes(concat(distinct_writes(a), b))`` is
-    ``distinct_writes(concat(a, b))``), so a carry advanced batch by batch holds what the whole history gives.
+    The one retention rule: it composes (``distinct_writes(concat(distinct_writes(a), b))`` is
+    ``distinct_writes(concat(a, b))``), so a carry advanced batch by batch (``advanced_writes``) holds what the
+    whole history gives.
     Vectorised: topics as dictionary codes, a hash count per partition, then one numpy sort of the rows of the
     partitions over the window only."""
     cols = list(ZK_WRITE_COLUMNS)
@@ -401,6 +402,23 @@ def distinct_writes(writes: pa.Table) -> pa.Table:
         coded = coded.filter(pa.array(keep))
     return pa.table({"topic": pc.take(topics.dictionary, coded["topic"]), **{c: coded[c] for c in cols[1:]}},
                     schema=t.schema)
+
+
+def advanced_writes(carried: pa.Table, writes: pa.Table) -> pa.Table:
+    """``carried`` (``distinct_writes`` rows) with a batch's ``writes``: only the partitions written are
+    windowed again (the retention is per partition), so a batch's cost follows its writes, not the bucket's
+    keys. The rows of ``distinct_writes(concat(carried, writes))``, the untouched partitions' first."""
+    if writes.num_rows == 0:
+        return carried
+    new = writes.select(list(ZK_WRITE_COLUMNS)).cast(ZK_WRITE_SCHEMA)
+    if new.num_rows >= carried.num_rows // ZK_WRITES_KEPT_EPOCHS:
+        # about as many writes as the carry has partitions (a rebuild's batch): most are touched, and one
+        # pass over everything is cheaper than finding them
+        return distinct_writes(pa.concat_tables([carried, new]))
+    topics = pc.unique(pa.chunked_array([*carried["topic"].chunks, *new["topic"].chunks], pa.string()))
+    touched = pa.array(np.isin(_key_ints(carried, topics), _key_ints(new, topics)))
+    return pa.concat_tables([carried.filter(pc.invert(touched)),
+                             distinct_writes(pa.concat_tables([carried.filter(touched), new]))])
 
 
 def _partition_keys(t: pa.Table) -> pa.Array:

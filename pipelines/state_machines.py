@@ -19,7 +19,11 @@ import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import IntEnum
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from models.events import MetadataEvent, MetadataEventType
 from models.fold import (
@@ -46,6 +50,19 @@ FANNED_GLOBAL_TYPES = tuple(t for t in T if t in CLUSTER_WIDE_EVENTS)
 SEED = "_SEED"
 
 
+class ContextPoint(IntEnum):
+    """What a row of CONTEXT_POINTS records."""
+
+    EPOCH = 0  # /controller_epoch became ``value`` at ``zxid``
+    KRAFT_HELD = 1  # an election at ``zxid``; ``value`` 1 when a KRaft controller claimed /controller
+    BROKER = 2  # ``broker`` registered (``value`` 1) or deregistered (0) at ``zxid``
+
+
+CONTEXT_POINTS = pa.schema([pa.field("point", pa.int8()), pa.field("broker", pa.int32()),
+                            pa.field("zxid", pa.int64()), pa.field("value", pa.int64())])
+"""A ``GlobalContext`` as rows: each of its points, in its lists' order (``broker`` -1 where none)."""
+
+
 @dataclass
 class GlobalContext:
     """What the per-key fold needs from the cluster-wide timeline: /controller_epoch and live brokers by zxid."""
@@ -58,6 +75,33 @@ class GlobalContext:
     # /controller_epoch nor the registrations judge those writes (`zkledger migration` compares the stores then)
     held_zxids: list[int] = field(default_factory=list)
     held_by_kraft: list[bool] = field(default_factory=list)
+
+    def to_table(self) -> pa.Table:
+        """The context as CONTEXT_POINTS rows (what a bucket carries instead of replaying its timeline)."""
+        brokers = sorted(self.broker_points)
+        parts = [(ContextPoint.EPOCH, [-1] * len(self.epoch_zxids), self.epoch_zxids, self.epoch_values),
+                 (ContextPoint.KRAFT_HELD, [-1] * len(self.held_zxids), self.held_zxids,
+                  [int(h) for h in self.held_by_kraft]),
+                 *((ContextPoint.BROKER, [b] * len(self.broker_points[b][0]), self.broker_points[b][0],
+                    [int(live) for live in self.broker_points[b][1]]) for b in brokers)]
+        return pa.table({"point": pa.array([int(p) for p, keys, _, _ in parts for _ in keys], pa.int8()),
+                         "broker": pa.array([k for _, keys, _, _ in parts for k in keys], pa.int32()),
+                         "zxid": pa.array([z for _, _, zs, _ in parts for z in zs], pa.int64()),
+                         "value": pa.array([v for _, _, _, vs in parts for v in vs], pa.int64())}, schema=CONTEXT_POINTS)
+
+    @classmethod
+    def from_table(cls, points: pa.Table) -> GlobalContext:
+        """The context ``to_table`` wrote (rows in the order it wrote them)."""
+        point, broker, zxid, value = (points[c].to_numpy() for c in CONTEXT_POINTS.names)
+        ctx = cls()
+        epoch, held = point == ContextPoint.EPOCH, point == ContextPoint.KRAFT_HELD
+        ctx.epoch_zxids, ctx.epoch_values = zxid[epoch].tolist(), value[epoch].tolist()
+        ctx.held_zxids, ctx.held_by_kraft = zxid[held].tolist(), value[held].astype(bool).tolist()
+        on_broker = point == ContextPoint.BROKER
+        for b in np.unique(broker[on_broker]).tolist():
+            mine = on_broker & (broker == b)
+            ctx.broker_points[b] = (zxid[mine].tolist(), value[mine].astype(bool).tolist())
+        return ctx
 
     def controller_epoch_at(self, zxid: int) -> int | None:
         i = bisect.bisect_right(self.epoch_zxids, zxid)

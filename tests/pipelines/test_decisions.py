@@ -205,6 +205,29 @@ def test_a_buckets_carried_writes_stay_bounded_over_many_leader_changes() -> Non
     assert _lines(pa.Table.from_pylist(found)) == [2]
 
 
+def test_advancing_the_carried_writes_windows_only_the_partitions_written() -> None:
+    rng = np.random.default_rng(7)
+
+    def writes(n: int) -> pa.Table:
+        return pa.table({"topic": pa.array([f"t{i}" for i in rng.integers(0, 3, n)]),
+                         "partition": pa.array(rng.integers(0, 40, n), pa.int32()),
+                         "leader": pa.array(rng.integers(0, 3, n), pa.int32()),
+                         "leader_epoch": pa.array(rng.integers(0, 3 * KEPT, n), pa.int32())}, schema=D.ZK_WRITE_SCHEMA)
+
+    carried, seen = D.ZK_WRITE_SCHEMA.empty_table(), []
+    for n in (0, 900, 3, 0, 400, 1, 2000):  # a batch that writes nothing leaves the carried rows as they were
+        batch = writes(n)
+        seen.append(batch)
+        advanced = D.advanced_writes(carried, batch)
+        assert n or advanced is carried
+        whole = D.distinct_writes(pa.concat_tables(seen))
+        assert advanced.num_rows == whole.num_rows
+        assert advanced.sort_by([(c, "ascending") for c in D.ZK_WRITE_COLUMNS]).equals(
+            whole.sort_by([(c, "ascending") for c in D.ZK_WRITE_COLUMNS]))
+        carried = advanced
+    assert carried.num_rows < sum(t.num_rows for t in seen)  # the windows did drop rows
+
+
 def _ticked(state: BucketState, zk_time: pa.Table | None, txnlog: pa.Table | None) -> BucketState | None:
     changed = bucket_tick({n: getattr(state, n) for n in TICK_STATE}, zk_time, txnlog)
     return None if changed is None else dataclasses.replace(state, **changed)
