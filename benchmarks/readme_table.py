@@ -56,7 +56,7 @@ def _driver_memory(r: Result) -> list[Row]:
     base = runs[0]
     return [(f"peak memory of `zkledger rebuild` by history length ({sizes([x['events'] for x in runs])} events over "
              f"{r['params']['partitions']:,} partitions): the highest total resident set of its whole process tree "
-             "(Python driver, JVM, Python workers)", "",
+             f"(Python driver, JVM, Python workers), median of {r['params'].get('repeat', 1)}", "",
              " / ".join(f"{x['tree_peak_mib']:,} MiB" for x in runs) + " ("
              + ", ".join(f"{x['micro_batches']} micro-batch{'es' * (x['micro_batches'] != 1)}" for x in runs) + ")",
              f"the {base['events']:,}-event rebuild, same run: {base['tree_peak_mib']:,} MiB",

@@ -19,7 +19,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "detection_latency": ([], ["--duration", "20", "--partitions", "2000", "--zombies", "5", "--drain", "300"]),
     "microbatch_cost": ([], ["--partitions", "1000", "--repeats", "2"]),
     "fleet": ([], ["--clusters", "4", "--partitions", "5000"]),
-    "driver_memory": ([], ["--events", "200000", "1000000", "--partitions", "20000"]),
+    "driver_memory": ([], ["--events", "200000", "1000000", "--partitions", "20000", "--repeat", "1"]),
     "kraft_decode": ([], ["--quick"]),
     "kraft_follow": ([], ["--quick"]),
 }
