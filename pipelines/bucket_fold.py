@@ -262,17 +262,21 @@ def zk_times(meta: pa.Table, buckets: Buckets) -> pa.Table:
 
 RECENT_IDS = pa.schema([pa.field("zxid", pa.int64()), pa.field("event_id", pa.string())])
 RECENT_IDS_PER_KEY = 100_000
-"""How many of its newest watch and resync event ids a key remembers: both collectors deliver one change within
-seconds, so its second copy is found here however the micro-batches cut them."""
+"""How many of its newest watch and resync event ids a key remembers while no transaction log covers them: both
+collectors deliver one change within seconds, so its second copy is found here however the micro-batches cut
+them."""
 
 
-def first_seen(events: pa.Table, recent: pa.Table) -> tuple[pa.Table, pa.Table]:
+def first_seen(events: pa.Table, recent: pa.Table, txnlog: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(``events`` less the copies of one change: a second row of an id in the batch, or an id ``recent`` holds;
-    ``recent`` with the kept ids of reads (watch, resync), its newest RECENT_IDS_PER_KEY by zxid).
+    ``recent`` with the kept ids of reads (watch, resync) outside the log's range ``txnlog`` (TXNLOG_RANGE, this
+    batch's included), its newest RECENT_IDS_PER_KEY by zxid).
 
     The transaction log's events are not remembered: the log delivers each zxid once (one collector per data dir,
     idempotent commits), and a read of a zxid inside the log's range is dropped before this (``not_superseded``);
-    a read that came first is remembered, so the log's later copy is dropped here."""
+    a read that came first is remembered, so the log's later copy is dropped here. Once the range covers a
+    remembered read, the log has delivered that zxid and a later read of it is dropped by the range: the id is
+    forgotten, so with the log collecting, what a key remembers is bounded by the log's lag, not by the count."""
     if events.num_rows == 0:
         return events, recent
     ids = events["event_id"].to_numpy(zero_copy_only=False)
@@ -284,6 +288,11 @@ def first_seen(events: pa.Table, recent: pa.Table) -> tuple[pa.Table, pa.Table]:
     kept = events if keep.all() else events.filter(pa.array(keep))
     remembered = kept.filter(pc.invert(kept[TXNLOG_COLUMN]))
     seen = pa.concat_tables([recent, remembered.select(RECENT_IDS.names).cast(RECENT_IDS)])
+    lo, hi = range_bounds(txnlog)
+    if lo is not None and hi is not None and seen.num_rows:
+        covered = pc.fill_null(pc.and_(pc.greater_equal(seen["zxid"], lo), pc.less_equal(seen["zxid"], hi)), False)
+        if pc.any(covered).as_py():
+            seen = seen.filter(pc.invert(covered))
     if seen.num_rows > RECENT_IDS_PER_KEY:
         seen = seen.take(pc.sort_indices(seen, sort_keys=[("zxid", "descending")])[:RECENT_IDS_PER_KEY])
     return kept, seen
@@ -378,7 +387,7 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
     (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
     """
     txn = widened_range(state.txnlog, txnlog)
-    events, recent = first_seen(not_superseded(events, txn), state.recent_ids)
+    events, recent = first_seen(not_superseded(events, txn), state.recent_ids, txn)
     state = replace(state, recent_ids=recent, txnlog=txn)
     folded = events.filter(pc.is_in(events["type"], pa.array(FOLDED_TYPES))).drop_columns([EMIT_COLUMN, TXNLOG_COLUMN])
     out: dict[str, pa.Table] = {

@@ -111,7 +111,7 @@ def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.T
     txn_range = range_bounds(txnlog)
     recent = state.recent_ids
     if events is not None:
-        events, recent = first_seen(not_superseded(events, txnlog), recent)
+        events, recent = first_seen(not_superseded(events, txnlog), recent, txnlog)
     out: dict[str, pa.Table] = {}
     if events is not None:
         out[METADATA_EVENTS.name] = events.select(list(METADATA_EVENTS.column_names))

@@ -44,18 +44,36 @@ def _read(zxids: list[int], ids: list[str], from_log: bool = False) -> pa.Table:
     return pa.table({"zxid": pa.array(zxids, pa.int64()), "event_id": ids, TXNLOG_COLUMN: [from_log] * len(ids)})
 
 
+NO_LOG = TXNLOG_RANGE.empty_table()
+
+
+def _log_range(lo: int, hi: int) -> pa.Table:
+    return pa.table({"lo": [lo], "hi": [hi]}, TXNLOG_RANGE)
+
+
+def test_reads_the_log_has_covered_are_forgotten_after_their_batch() -> None:
+    _, recent = first_seen(_read([5, 6, 9], ["a", "b", "c"]), RECENT_IDS.empty_table(), NO_LOG)
+    # the log delivers zxids 1..6 (its copy of "a" among them) in the next batch: that copy is still dropped,
+    # then the reads it covers are forgotten; "c", beyond the log, is kept
+    kept, recent = first_seen(_read([5, 4], ["a", "x"], from_log=True), recent, _log_range(1, 6))
+    assert kept["event_id"].to_pylist() == ["x"]
+    assert recent["event_id"].to_pylist() == ["c"]
+    _, recent = first_seen(_read([12], ["d"]), recent, _log_range(1, 9))
+    assert recent["event_id"].to_pylist() == ["d"]
+
+
 def test_a_change_seen_twice_is_kept_once_across_batches() -> None:
-    kept, recent = first_seen(_read([5, 5, 6], ["a", "a", "b"]), RECENT_IDS.empty_table())
+    kept, recent = first_seen(_read([5, 5, 6], ["a", "a", "b"]), RECENT_IDS.empty_table(), NO_LOG)
     assert kept["event_id"].to_pylist() == ["a", "b"]
-    later, _ = first_seen(_read([5, 7], ["a", "c"], from_log=True), recent)
+    later, _ = first_seen(_read([5, 7], ["a", "c"], from_log=True), recent, NO_LOG)
     assert later["event_id"].to_pylist() == ["c"]  # the log's copy of a change a watch read first, a batch later
 
 
 def test_the_logs_events_are_not_remembered_and_reads_only_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, recent = first_seen(_read([1, 2], ["l1", "l2"], from_log=True), RECENT_IDS.empty_table())
+    _, recent = first_seen(_read([1, 2], ["l1", "l2"], from_log=True), RECENT_IDS.empty_table(), NO_LOG)
     assert recent.num_rows == 0  # the log delivers a zxid once; a read of it is dropped by its range
     monkeypatch.setattr(bucket_fold, "RECENT_IDS_PER_KEY", 3)
-    _, recent = first_seen(_read(list(range(10)), [f"e{i}" for i in range(10)]), RECENT_IDS.empty_table())
+    _, recent = first_seen(_read(list(range(10)), [f"e{i}" for i in range(10)]), RECENT_IDS.empty_table(), NO_LOG)
     assert sorted(recent["zxid"].to_pylist()) == [7, 8, 9]
 
 
