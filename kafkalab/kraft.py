@@ -399,7 +399,12 @@ class KRaftCluster:
         return admin_client(running or self.bootstrap(), request_timeout_ms)
 
     def unfenced_brokers(self) -> set[int]:
-        """The brokers the cluster serves from: DescribeCluster lists only registered, unfenced brokers."""
+        """The brokers the cluster serves from: DescribeCluster lists only registered, unfenced brokers (none
+        when no broker answers)."""
+        return self._described_unfenced() or set()
+
+    def _described_unfenced(self) -> set[int] | None:
+        """The unfenced brokers as the first broker that answers DescribeCluster lists them; None if none answers."""
         for nid in self.broker_ids:
             if not self.nodes[nid].running or not self.accepts_connections(nid):
                 continue
@@ -410,7 +415,7 @@ class KRaftCluster:
                     return {int(b["broker_id"]) for b in brokers if not b.get("is_fenced")}
                 finally:
                     admin.close()
-        return set()
+        return None
 
     def wait_node(self, node_id: int, timeout_s: float | None = None) -> None:
         """A broker: listening and unfenced (so clients told about it can use it). A controller only: in the
@@ -428,8 +433,14 @@ class KRaftCluster:
         self.wait_for(up, f"node {node_id} to join the cluster", timeout_s or self.start_timeout_s)
 
     def wait_fenced(self, node_id: int, timeout_s: float = 60.0) -> None:
-        """Wait until the brokers no longer list `node_id` (its session expired or it shut down)."""
-        self.wait_for(lambda: node_id not in self.unfenced_brokers(), f"broker {node_id} to be fenced", timeout_s)
+        """Wait until a broker answers without listing `node_id` (its session expired or it shut down); a round
+        in which no broker answers (a quorum election under way) proves nothing."""
+
+        def fenced() -> bool:
+            listed = self._described_unfenced()
+            return listed is not None and node_id not in listed
+
+        self.wait_for(fenced, f"broker {node_id} to be fenced", timeout_s)
 
     def accepts_connections(self, node_id: int) -> bool:
         node = self.nodes[node_id]
