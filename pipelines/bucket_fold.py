@@ -2,13 +2,14 @@
 fold's records and the bucket's next state out (Arrow only; no Spark, no lake).
 
 A bucket is a fixed set of (topic, partition) keys of one cluster (a stable hash of the key, modulo the
-cluster's bucket count, ``BucketLayout``). It receives its own keys' events and EVERY event of its cluster that has no partition but may change
-one: the controller-wide ones (elections, broker (de)registrations, epoch changes) and topic-level deletions
-(requests). So each bucket replays the cluster's controller timeline itself when such events arrive
-(``pipelines.controller.replay``) and carries what the replay gave, fans the cluster-wide events out over the keys it knows (``pipelines.fanout``, the same rule as the
-batch rule: keys carried or seen before the event's zxid), and folds its rows with the same vectorised
-kernel (``pipelines.keyed_fold.fold_local`` -> ``pipelines.vector_fold``). Nothing about other buckets is
-needed: the fold is per key, and what is shared (the timeline) every bucket derives from the same events.
+cluster's bucket count, ``BucketLayout``). It receives its own keys' events and EVERY event of its cluster that
+has no partition but may change one: the controller-wide ones (elections, broker (de)registrations, epoch
+changes) and topic-level deletions (requests). So each bucket replays the cluster's controller timeline itself
+when such events arrive (``pipelines.controller.replay``) and carries what the replay gave, fans the
+cluster-wide events out over the keys it knows (``pipelines.fanout``, the same rule as the batch rule: keys
+carried or seen before the event's zxid), and folds its rows with the same vectorised kernel
+(``pipelines.keyed_fold.fold_local`` -> ``pipelines.vector_fold``). Nothing about other buckets is needed: the
+fold is per key, and what is shared (the timeline) every bucket derives from the same events.
 
 The carried state is Arrow tables (``BucketState``), serialised as Arrow IPC bytes: Spark keeps them in its
 state store (one value per part of a bucket's state) and checkpoints them.
