@@ -185,14 +185,21 @@ def range_bounds(txnlog: pa.Table) -> tuple[int | None, int | None]:
     return (None, None) if txnlog.num_rows == 0 else (txnlog["lo"][0].as_py(), txnlog["hi"][0].as_py())
 
 
+def in_range(zxids: pa.ChunkedArray, txnlog: pa.Table) -> pa.ChunkedArray | None:
+    """Per zxid: inside the TXNLOG_RANGE ``txnlog`` (a null zxid is not); None when the range is empty."""
+    lo, hi = range_bounds(txnlog)
+    if lo is None or hi is None:
+        return None
+    return pc.fill_null(pc.and_(pc.greater_equal(zxids, lo), pc.less_equal(zxids, hi)), False)
+
+
 def not_superseded(events: pa.Table, txnlog: pa.Table) -> pa.Table:
     """``events`` less those a watch or resync read at a zxid the transaction log has delivered: the log holds
     that change losslessly (a watch sees a multi's create and set as one create, under another event id), and
     its own rows of it are kept wherever they arrive."""
-    lo, hi = range_bounds(txnlog)
-    if lo is None or hi is None or events.num_rows == 0:
+    inside = in_range(events["zxid"], txnlog)
+    if inside is None or events.num_rows == 0:
         return events
-    inside = pc.and_(pc.greater_equal(events["zxid"], lo), pc.less_equal(events["zxid"], hi))
     drop = pc.fill_null(pc.and_(pc.invert(events[TXNLOG_COLUMN]), inside), False)
     return events if not pc.any(drop).as_py() else events.filter(pc.invert(drop))
 
@@ -289,11 +296,9 @@ def first_seen(events: pa.Table, recent: pa.Table, txnlog: pa.Table) -> tuple[pa
     kept = events if keep.all() else events.filter(pa.array(keep))
     remembered = kept.filter(pc.invert(kept[TXNLOG_COLUMN]))
     seen = pa.concat_tables([recent, remembered.select(RECENT_IDS.names).cast(RECENT_IDS)])
-    lo, hi = range_bounds(txnlog)
-    if lo is not None and hi is not None and seen.num_rows:
-        covered = pc.fill_null(pc.and_(pc.greater_equal(seen["zxid"], lo), pc.less_equal(seen["zxid"], hi)), False)
-        if pc.any(covered).as_py():
-            seen = seen.filter(pc.invert(covered))
+    covered = in_range(seen["zxid"], txnlog)
+    if covered is not None and pc.any(covered).as_py():
+        seen = seen.filter(pc.invert(covered))
     if seen.num_rows > RECENT_IDS_PER_KEY:
         seen = seen.take(pc.sort_indices(seen, sort_keys=[("zxid", "descending")])[:RECENT_IDS_PER_KEY])
     return kept, seen
