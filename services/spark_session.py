@@ -193,6 +193,7 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         # the Python workers' Arrow buffers from the C library's malloc, as the zkledger commands' own
         # (pipelines.parallel.use_system_allocator): decode and the fold took 9% less time in a rebuild
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": WORKER_ARROW_POOL,
+        "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD,
     }
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         # launched by spark-submit, the jars come from its --jars/--packages (they must be on the JVM's
@@ -205,6 +206,10 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         # local mode runs every task in the driver JVM: Spark's 1g default is short for a micro-batch of a
         # million events; 1g made the storm's single micro-batch of 400,000 events 10-25% slower (GC)
         conf["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+        # the tasks' sort and shuffle pages (the routed events' packed blobs) in a fixed pool off the heap: on it
+        # they are humongous objects G1 keeps growing the heap for, micro-batch after micro-batch
+        conf["spark.memory.offHeap.enabled"] = "true"
+        conf["spark.memory.offHeap.size"] = LOCAL_OFF_HEAP
         conf["spark.driver.maxResultSize"] = "4g"
     conf.update(settings.spark.extra)
     return conf
@@ -218,8 +223,14 @@ def _set_worker_environment() -> None:
 
 LOCAL_DRIVER_MEMORY = "2g"
 """The JVM heap of a ``local[*]`` session, which runs the executors' tasks too (``spark.driver.memory``)."""
+LOCAL_OFF_HEAP = "512m"
+"""The execution memory of a ``local[*]`` session's tasks, off the JVM heap (``spark.memory.offHeap.size``)."""
 WORKER_ARROW_POOL = "system"
 """``ARROW_DEFAULT_MEMORY_POOL`` of the session's Python workers (``spark.executorEnv``)."""
+WORKER_MMAP_THRESHOLD = "131072"
+"""``MALLOC_MMAP_THRESHOLD_`` of the session's Python workers: glibc otherwise raises its threshold each time a
+large block is freed and serves later ones from its heap, which a worker then keeps after its task (a worker's
+peak stays its resident size between micro-batches); fixed, every buffer of 128 KiB or more goes back at once."""
 JVM_MALLOC_ARENAS = "2"
 """``MALLOC_ARENA_MAX`` of the JVM a session starts: glibc gives each of its many threads a malloc arena of its
 own, which holds freed native memory (Arrow's buffers to and from the Python workers); two keep a rebuild's JVM

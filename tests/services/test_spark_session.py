@@ -81,22 +81,41 @@ def test_only_the_session_s_jvm_gets_fewer_malloc_arenas(spark: object) -> None:
 
 def test_the_python_workers_allocate_arrow_buffers_with_the_system_allocator(spark: object) -> None:
     """What pipelines.parallel.use_system_allocator gives the driver-side commands, the workers get from the
-    session's conf (``spark.executorEnv``), here and on a cluster's executors."""
+    session's conf (``spark.executorEnv``), here and on a cluster's executors; and a fixed mmap threshold, so
+    that a worker hands its large buffers back once its task is done."""
     from collections.abc import Iterator
 
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from services.spark_session import WORKER_ARROW_POOL
+    from services.spark_session import WORKER_ARROW_POOL, WORKER_MMAP_THRESHOLD
 
     def backend(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import os
+
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pylist([{"pool": pa.default_memory_pool().backend_name}])
+        yield pa.RecordBatch.from_pylist([{"pool": pa.default_memory_pool().backend_name,
+                                           "mmap": os.environ.get("MALLOC_MMAP_THRESHOLD_")}])
 
     assert isinstance(spark, SparkSession)
-    pools = {r["pool"] for r in spark.range(2, numPartitions=2).mapInArrow(backend, "pool string").collect()}
-    assert pools == {WORKER_ARROW_POOL}
+    workers = {(r["pool"], r["mmap"]) for r in
+               spark.range(2, numPartitions=2).mapInArrow(backend, "pool string, mmap string").collect()}
+    assert workers == {(WORKER_ARROW_POOL, WORKER_MMAP_THRESHOLD)}
+
+
+def test_a_local_session_s_tasks_sort_and_shuffle_off_the_heap(spark: object) -> None:
+    """Local mode: the tasks' execution memory is Tungsten's off-heap pool of LOCAL_OFF_HEAP, not the JVM heap."""
+    from pyspark.sql import SparkSession
+
+    from services.spark_session import LOCAL_OFF_HEAP
+
+    assert isinstance(spark, SparkSession)
+    env = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get()
+    assert env.memoryManager().tungstenMemoryMode().toString() == "OFF_HEAP"
+    assert spark.sparkContext.getConf().get("spark.memory.offHeap.size") == LOCAL_OFF_HEAP
+    rows = spark.range(200_000, numPartitions=2).selectExpr("id % 1000 AS k").groupBy("k").count().collect()
+    assert len(rows) == 1000 and sum(r["count"] for r in rows) == 200_000  # a shuffle and a sort ran in it
 
 
 def test_a_local_session_s_jvm_heap_is_capped_at_the_local_driver_memory(spark: object) -> None:
