@@ -27,7 +27,8 @@ import numpy as np
 
 from benchmarks.common import base_parser, machine, run_main, scratch, stop_processes
 from benchmarks.detection_latency import BROKERS, KAFKA, _cli, _log_digest, _seed_layout
-from models.tables import ANOMALIES, METADATA_EVENTS, ZNODE_EVENTS
+from models.tables import ANOMALIES, ZNODE_EVENTS
+from services import metadata_events
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             running = monitor.poll() is None
             lake = Lake(lake_dir, cluster="bench")
             bronze = lake.row_count(ZNODE_EVENTS.name)
-            events = lake.row_count(METADATA_EVENTS.name)
+            events = metadata_events.read(lake, columns=["event_id"]).num_rows
             anomalies = lake.row_count(ANOMALIES.name)
         finally:
             stop.set()

@@ -52,7 +52,7 @@ from models.tables import (
     DECODE_QUARANTINE,
     DERIVED_TABLES,
     KEYED_STATE_TABLES,
-    METADATA_EVENTS,
+    KRAFT_METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     REPLICA_TRANSITIONS,
@@ -68,7 +68,8 @@ log = logging.getLogger(__name__)
 TABLE_COLUMN, PACKED_COLUMN = "table", "packed"
 COMMITTED = "committed_"
 """Crash hook stage after a table's commit: ``ZKLEDGER_LAKE_CRASH=committed_<table>:<batch>`` (tests)."""
-APPENDED: tuple[TableSpec, ...] = (METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS)
+APPENDED: tuple[TableSpec, ...] = (KRAFT_METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
+                                  REPLICA_TRANSITIONS)
 REPLACED: tuple[TableSpec, ...] = KEYED_STATE_TABLES
 """Tables a key writes whole (its state): its new file replaces its old one. ``partition_state`` last."""
 assert REPLACED[-1] is PARTITION_STATE  # the batch's done-marker is committed last

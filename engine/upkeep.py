@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from models.tables import (
     ANOMALIES,
-    METADATA_EVENTS,
+    KRAFT_METADATA_EVENTS,
     PARTITION_TRANSITIONS,
     QUALITY_RESULTS,
     REPLICA_TRANSITIONS,
@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-QUALITY_EACH_BATCH_TABLES: tuple[TableSpec, ...] = (METADATA_EVENTS, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS, ANOMALIES)
-"""The tables whose new rows a monitor checks batch by batch (the state tables are checked whole by `check`)."""
+QUALITY_EACH_BATCH_TABLES: tuple[TableSpec, ...] = (KRAFT_METADATA_EVENTS, PARTITION_TRANSITIONS, REPLICA_TRANSITIONS,
+                                                   ANOMALIES)
+"""The tables whose new rows a monitor checks batch by batch (the state tables and the ``metadata_events`` view,
+with the transitions' cross-check against it, are checked whole by `check`)."""
 
 
 def check_batch_rows(spark: SparkSession, lake: Lake, frames: Mapping[str, DataFrame], writer_id: str,

@@ -212,6 +212,7 @@ class KRaftLabRun:
 
 def read_tables(lake_root: Path, cluster: str) -> dict[str, list[dict[str, Any]]]:
     from lakehouse import Lake
+    from services.metadata_events import read_any
 
     lake = Lake(lake_root, cluster=cluster)
-    return {t: (lake.read_arrow(t).to_pylist() if lake.exists(t) else []) for t in TABLES}
+    return {t: (rows.to_pylist() if (rows := read_any(lake, t)) is not None else []) for t in TABLES}

@@ -18,16 +18,17 @@ from models.anomalies import SEVERITY, AnomalyKind
 from models.events import MetadataEventType, Source, TenureSource, ZnodeOp
 from models.states import PartitionState, ReplicaState
 from models.tables import (
-    ALL_TABLES,
     ANOMALIES,
     CONTROLLER_DECISIONS,
     CONTROLLER_TENURE,
     DECODE_QUARANTINE,
+    KRAFT_METADATA_EVENTS,
     METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     QUALITY_RESULTS,
     QUARANTINE,
+    READABLE,
     REPLICA_STATE,
     REPLICA_TRANSITIONS,
     ZNODE_EVENTS,
@@ -132,6 +133,19 @@ def _unique(column: str) -> Expectation:
     return Expectation(Check.UNIQUE, column=column)
 
 
+_METADATA_EVENT_RULES: Final = (
+    (
+        _unique("event_id"),
+        _min("zxid", 0),
+        _in("type", METADATA_EVENT_TYPES),
+        _min("partition", 0),
+        _min("leader", NO_LEADER),
+        _min("leader_epoch", 0),
+        _min("controller_epoch", 0),
+    ),
+    (),
+)
+
 _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]] = {
     ZNODE_EVENTS.name: (
         (
@@ -156,18 +170,8 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
     ),
     QUARANTINE.name: ((_unique("event_id"),), ()),
     DECODE_QUARANTINE.name: ((_unique("event_id"),), ()),
-    METADATA_EVENTS.name: (
-        (
-            _unique("event_id"),
-            _min("zxid", 0),
-            _in("type", METADATA_EVENT_TYPES),
-            _min("partition", 0),
-            _min("leader", NO_LEADER),
-            _min("leader_epoch", 0),
-            _min("controller_epoch", 0),
-        ),
-        (),
-    ),
+    METADATA_EVENTS.name: _METADATA_EVENT_RULES,
+    KRAFT_METADATA_EVENTS.name: _METADATA_EVENT_RULES,
     PARTITION_TRANSITIONS.name: (
         (
             _unique("event_id"),
@@ -213,13 +217,13 @@ _SPECIFIC: Final[dict[str, tuple[tuple[Expectation, ...], tuple[Derived, ...]]]]
          _min("ended_zxid", 0)),
         (),
     ),
-    QUALITY_RESULTS.name: ((_in("table_name", tuple(ALL_TABLES)),), ()),
+    QUALITY_RESULTS.name: ((_in("table_name", tuple(READABLE)),), ()),
 }
 
 
 def suite_for(table: str) -> Suite:
     """The full suite of one table: schema, key uniqueness, then the table's own rules."""
-    spec = ALL_TABLES[table]
+    spec = READABLE[table]
     specific, derived = _SPECIFIC.get(table, ((), ()))
     key = _key(spec)
     # (cluster, <id>) is implied by unique(<id>): skip it, every expectation costs Spark jobs
@@ -228,4 +232,4 @@ def suite_for(table: str) -> Suite:
     return Suite(table, (*_schema(spec), key, *specific), derived)
 
 
-SUITES: Final[dict[str, Suite]] = {name: suite_for(name) for name in ALL_TABLES}
+SUITES: Final[dict[str, Suite]] = {name: suite_for(name) for name in READABLE}

@@ -176,7 +176,14 @@ METADATA_EVENTS = TableSpec(
         _c("event_id", "string", False),
     ),
     key=("cluster", "event_id"),
-    doc="one typed metadata change decoded from znode_events",
+    doc="one typed metadata change: a view, decoded from znode_events when read, with kraft_metadata_events",
+)
+
+KRAFT_METADATA_EVENTS = TableSpec(
+    "kraft_metadata_events",
+    METADATA_EVENTS.columns,
+    key=("cluster", "event_id"),
+    doc="one typed metadata change of a KRaft cluster, made from its metadata log (shown in metadata_events)",
 )
 
 PARTITION_TRANSITIONS = TableSpec(
@@ -316,8 +323,9 @@ QUALITY_RESULTS = TableSpec(
     doc="one expectation result of one zkledger check run",
 )
 
-DERIVED_TABLES: Final[tuple[TableSpec, ...]] = (ANOMALIES, METADATA_EVENTS, DECODE_QUARANTINE, PARTITION_TRANSITIONS,
-                                                REPLICA_TRANSITIONS, CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
+DERIVED_TABLES: Final[tuple[TableSpec, ...]] = (ANOMALIES, KRAFT_METADATA_EVENTS, DECODE_QUARANTINE,
+                                                PARTITION_TRANSITIONS, REPLICA_TRANSITIONS, CONTROLLER_TENURE,
+                                                REPLICA_STATE, PARTITION_STATE)
 """Every table the pipeline derives from bronze (``rebuild`` rewrites them; two runs of one history write them
 identically)."""
 KEYED_STATE_TABLES: Final[tuple[TableSpec, ...]] = (CONTROLLER_TENURE, REPLICA_STATE, PARTITION_STATE)
@@ -332,7 +340,7 @@ ALL_TABLES: Final[dict[str, TableSpec]] = {
         QUARANTINE,
         KRAFT_RECORDS,
         DECODE_QUARANTINE,
-        METADATA_EVENTS,
+        KRAFT_METADATA_EVENTS,
         PARTITION_TRANSITIONS,
         REPLICA_TRANSITIONS,
         PARTITION_STATE,
@@ -343,3 +351,11 @@ ALL_TABLES: Final[dict[str, TableSpec]] = {
     )
 }
 
+"""Every table stored in the lake, by name."""
+
+VIEWS: Final[dict[str, TableSpec]] = {METADATA_EVENTS.name: METADATA_EVENTS}
+"""What users read like a table and the lake does not store: ``metadata_events`` is made when read
+(``services.metadata_events``)."""
+
+READABLE: Final[dict[str, TableSpec]] = {**ALL_TABLES, **VIEWS}
+"""The stored tables and the views: what ``zkledger check`` validates."""

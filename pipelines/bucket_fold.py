@@ -32,7 +32,6 @@ from lakehouse.spark_schema import spark_arrow_schema
 from models.tables import (
     ANOMALIES,
     CONTROLLER_TENURE,
-    METADATA_EVENTS,
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     REPLICA_STATE,
@@ -54,8 +53,6 @@ BUCKET_COLUMN = "bucket"
 CLUSTER_STAGE = -1
 """The bucket number of a cluster's stage: the cluster-wide work (timeline, controller terms, decisions not
 about one partition, collection gaps) of the streaming query, one key per cluster."""
-EMIT_COLUMN = "_emit"
-"""On a routed event: this copy is the one written to ``metadata_events`` (broadcast copies only fold)."""
 TXNLOG_COLUMN = "_txnlog"
 """On a decoded event: it comes from a transaction-log row (the lossless source) rather than a watch's read."""
 TXNLOG_RANGE = pa.schema([pa.field("lo", pa.int64()), pa.field("hi", pa.int64())])
@@ -144,26 +141,24 @@ def _copies(rows: pa.Table, buckets: Buckets) -> pa.Table:
 
 
 def route(meta: pa.Table, buckets: Buckets) -> pa.Table:
-    """``meta`` with a ``bucket`` and an ``_emit`` column, each event where the streaming query needs it.
+    """``meta`` with a ``bucket`` column, each event where the streaming query needs it.
 
-    An event with a partition: once, in its key's bucket (folded there if of a FOLDED_TYPES type, and written to
-    ``metadata_events`` from there). One without: once to its cluster's stage (``CLUSTER_STAGE``, which writes
-    it and replays the timeline), and for the fold: a cluster-wide or topic-level one (BROADCAST_TYPES) to every
-    bucket, another folded one to the bucket of its topic. Only the first copy has ``_emit`` true.
+    An event with a partition: once, in its key's bucket (folded there if of a FOLDED_TYPES type). One without:
+    once to its cluster's stage (``CLUSTER_STAGE``, which replays the timeline), and for the fold: a cluster-wide
+    or topic-level one (BROADCAST_TYPES) to every bucket, another folded one to the bucket of its topic.
     """
     has_partition = pc.is_valid(meta["partition"])
     own = meta.filter(has_partition)
     own = own.append_column(BUCKET_COLUMN, _keyed_buckets(own, buckets))
     partless = meta.filter(pc.invert(has_partition))
-    parts = [_emitting(own, True), _emitting(at_stage(partless), True)]
+    parts = [own, at_stage(partless)]
     broadcast = pc.is_in(partless["type"], pa.array(BROADCAST_TYPES))
     every = partless.filter(broadcast)
     if every.num_rows:
-        parts.append(_emitting(_copies(every, buckets), False))
+        parts.append(_copies(every, buckets))
     topic_level = partless.filter(pc.and_(pc.invert(broadcast), pc.is_in(partless["type"], pa.array(FOLDED_TYPES))))
     if topic_level.num_rows:
-        topic_level = topic_level.append_column(BUCKET_COLUMN, _keyed_buckets(topic_level, buckets))
-        parts.append(_emitting(topic_level, False))
+        parts.append(topic_level.append_column(BUCKET_COLUMN, _keyed_buckets(topic_level, buckets)))
     return pa.concat_tables(parts)
 
 
@@ -207,10 +202,6 @@ def not_superseded(events: pa.Table, txnlog: pa.Table) -> pa.Table:
 def at_stage(rows: pa.Table) -> pa.Table:
     """``rows`` with a ``bucket`` column sending each to its cluster's stage."""
     return rows.append_column(BUCKET_COLUMN, pa.array(np.full(rows.num_rows, CLUSTER_STAGE, np.int32)))
-
-
-def _emitting(rows: pa.Table, emit: bool) -> pa.Table:
-    return rows.append_column(EMIT_COLUMN, pa.array(np.full(rows.num_rows, emit)))
 
 
 def route_decisions(decisions: pa.Table, buckets: Buckets) -> pa.Table:
@@ -384,20 +375,19 @@ def bucket_step(cluster: str, state: BucketState, events: pa.Table, decisions: p
     """One bucket's micro-batch in the streaming query: (its rows of each output table by table name, its next
     state).
 
-    ``events``: the bucket's routed events (``route``: ``_seq`` and ``_emit`` besides ``metadata_events``'
+    ``events``: the bucket's routed events (``route``: ``_seq`` and ``_txnlog`` besides ``metadata_events``'
     columns); ``decisions``: its logged decisions about its keys (``route_decisions``), or None; ``zk_time``:
     its cluster's latest ZooKeeper event times this batch (``zk_times``), or None; ``txnlog``: the transaction
     log's delivered ranges this batch (TXNLOG_RANGE rows), or None; ``offline_blip``: an OFFLINE_PARTITION
     that ends within it is a blip (``detectors.offline_end_details``). Out: the
-    ``metadata_events`` it writes, the transitions, its whole state when the fold changed it, and the anomalies its keys show
+    transitions, its whole state when the fold changed it, and the anomalies its keys show
     (illegal transitions, the state writes' checks, a zombie write's split brain, the decisions' checks).
     """
     txn = widened_range(state.txnlog, txnlog)
     events, recent = first_seen(not_superseded(events, txn), state.recent_ids, txn)
     state = replace(state, recent_ids=recent, txnlog=txn)
-    folded = events.filter(pc.is_in(events["type"], pa.array(FOLDED_TYPES))).drop_columns([EMIT_COLUMN, TXNLOG_COLUMN])
-    out: dict[str, pa.Table] = {
-        METADATA_EVENTS.name: events.filter(events[EMIT_COLUMN]).select(list(METADATA_EVENTS.column_names))}
+    folded = events.filter(pc.is_in(events["type"], pa.array(FOLDED_TYPES))).drop_columns([TXNLOG_COLUMN])
+    out: dict[str, pa.Table] = {}
     found: list[pa.Table] = []
     if folded.num_rows:
         fold, state, timeline = fold_bucket(state, folded, kafka_version)

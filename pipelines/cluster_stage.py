@@ -6,7 +6,7 @@ every logged controller decision, the collectors' gap rows, the txnlog's deliver
 quarantine, and carries (``ClusterState``) the timeline events, the controller terms seen in the logs, the
 resignation marks and the txnlog range. These are few rows: elections, broker changes, controller terms.
 
-It writes the partition-less ``metadata_events`` and the quarantine, the whole ``controller_tenure`` of its
+It writes the decode quarantine, the whole ``controller_tenure`` of its
 cluster (ZooKeeper terms and logged terms) when a batch may have changed it, and the cluster-wide anomalies: those the timeline replay finds
 (triggered by this batch's events), collection gaps, split brain from the logged terms, a resigned controller
 still registered, and the checks of decisions about no single partition.
@@ -32,7 +32,6 @@ from models.tables import (
     CONTROLLER_DECISIONS,
     CONTROLLER_TENURE,
     DECODE_QUARANTINE,
-    METADATA_EVENTS,
 )
 from pipelines import detectors as D
 from pipelines.bucket_fold import (
@@ -113,8 +112,6 @@ def cluster_step(cluster: str, state: ClusterState, parts: dict[StreamPart, pa.T
     if events is not None:
         events, recent = first_seen(not_superseded(events, txnlog), recent, txnlog)
     out: dict[str, pa.Table] = {}
-    if events is not None:
-        out[METADATA_EVENTS.name] = events.select(list(METADATA_EVENTS.column_names))
     if StreamPart.QUARANTINE in parts:
         out[DECODE_QUARANTINE.name] = parts[StreamPart.QUARANTINE].select(list(DECODE_QUARANTINE.column_names))
 

@@ -377,3 +377,10 @@ def split_decoded(decoded: pa.Table) -> tuple[pa.Table, pa.Table]:
                "q_ref": "ref"}
     q = q.select(list(q.schema.names)).rename_columns([renamed.get(n, n) for n in q.schema.names])
     return meta, q.select(list(QUARANTINE.column_names))
+
+
+def metadata_events_of(bronze: pa.Table, txnlog_range: tuple[int, int] | None = None) -> pa.Table:
+    """The metadata events ``bronze`` decodes to (each change once: ``dedupe_table``), in ``metadata_events``'
+    columns: the ``metadata_events`` view's ZooKeeper part (``services.metadata_events``)."""
+    meta, _ = split_decoded(decode_table(bronze, txnlog_range))
+    return meta.select(list(METADATA_EVENTS.column_names))

@@ -25,7 +25,6 @@ from models.tables import KRAFT_RECORDS, METADATA_EVENTS
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
-    EMIT_COLUMN,
     GLOBAL_COLUMNS,
     TXNLOG_COLUMN,
     Buckets,
@@ -48,7 +47,6 @@ META_SEQ = pa.schema([*spark_arrow_schema(METADATA_EVENTS), pa.field(SEQ_COLUMN,
 """A decoded metadata event as the keys receive it: ``metadata_events``' columns, its order within its zxid, and
 whether a transaction-log row gave it."""
 GLOBAL_SCHEMA = pa.schema([META_SEQ.field(c) for c in GLOBAL_COLUMNS])
-ROUTED_EVENTS = META_SEQ.append(pa.field(EMIT_COLUMN, pa.bool_()))
 
 KRAFT_ROWS = spark_arrow_schema(KRAFT_RECORDS)
 KeyState = BucketState | ClusterState | KraftState
@@ -107,7 +105,7 @@ def step_key(cluster: str, bucket: int, parts: dict[StreamPart, pa.Table], state
     if isinstance(state, KraftState):
         return kraft_step(cluster, state, parts.get(StreamPart.KRAFT, KRAFT_ROWS.empty_table()), META_SEQ,
                           kafka_version, offline_blip)
-    events = parts.get(StreamPart.EVENTS, ROUTED_EVENTS.empty_table())
+    events = parts.get(StreamPart.EVENTS, META_SEQ.empty_table())
     return bucket_step(cluster, state, events, parts.get(StreamPart.DECISIONS), kafka_version,
                        parts.get(StreamPart.ZK_TIME), parts.get(StreamPart.TXNLOG), offline_blip)
 

@@ -37,7 +37,7 @@ from models.kraft_records import (
     decode_control_record,
     decode_metadata_record,
 )
-from models.tables import ANOMALIES
+from models.tables import ANOMALIES, KRAFT_METADATA_EVENTS
 from pipelines import detectors as D
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
@@ -112,7 +112,14 @@ def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: 
         out[name] = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
     if ANOMALIES.name in out:
         out[ANOMALIES.name] = _clean_elr_elections(out[ANOMALIES.name], meta)
+    out[KRAFT_METADATA_EVENTS.name] = _once_each(meta).select(list(KRAFT_METADATA_EVENTS.column_names))
     return out, KraftState(state.image, bucket, stage)
+
+
+def _once_each(meta: pa.Table) -> pa.Table:
+    """``meta`` with the first row of each event id only (a batch may read one record twice)."""
+    _, first = np.unique(meta["event_id"].to_numpy(zero_copy_only=False), return_index=True)
+    return meta if len(first) == meta.num_rows else meta.take(pa.array(np.sort(first), pa.int64()))
 
 
 def _clean_elr_elections(anomalies: pa.Table, meta: pa.Table) -> pa.Table:

@@ -201,11 +201,11 @@ class Metrics:
         self.anomaly_count = Counter("zkledger_anomalies_total", "New anomalies the monitor committed.",
                                      ["kind", "severity"], registry=mon)
         self.monitor_time = Gauge("zkledger_monitor_committed_event_time_seconds",
-                                  "Event time of the newest metadata event the monitor committed (Unix time; 0: "
-                                  "none yet).", registry=mon)
+                                  "Event time of the newest change the monitor committed a row for (Unix "
+                                  "time; 0: none yet).", registry=mon)
         Gauge("zkledger_monitor_event_lag_seconds",
-              "Seconds between now and the event time of the newest metadata event the monitor committed "
-              "(0: none yet).", registry=mon).set_function(self._monitor_lag)
+              "Seconds between now and the event time of the newest change the monitor committed a row "
+              "for (0: none yet).", registry=mon).set_function(self._monitor_lag)
         self.staged_age = Gauge("zkledger_monitor_staged_seconds",
                                 "Age of the oldest micro-batch whose tables other than anomalies the monitor has "
                                 "staged and not committed yet (0: none).", registry=mon)
@@ -341,7 +341,7 @@ class Metrics:
             self.anomaly_count.labels(kind, _one_of(row.get("severity"), SEVERITIES)).inc()
 
     def monitor_committed(self, event_time: datetime | float) -> None:
-        """The newest metadata event the monitor has committed happened at ``event_time``."""
+        """The newest change the monitor has committed a row for happened at ``event_time``."""
         self._monitor_newest = _seconds(event_time, 0.0)
         self.monitor_time.set(self._monitor_newest)
 

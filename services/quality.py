@@ -41,7 +41,8 @@ from models.states import (
     partition_valid_previous,
     replica_valid_previous,
 )
-from models.tables import ALL_TABLES, METADATA_EVENTS, PARTITION_TRANSITIONS, QUALITY_RESULTS
+from models.tables import METADATA_EVENTS, PARTITION_TRANSITIONS, QUALITY_RESULTS, READABLE
+from services import metadata_events
 from services.errors import UserError
 
 if TYPE_CHECKING:
@@ -311,7 +312,12 @@ def delta_type_names(lake: Lake, table: str, version: int | None) -> dict[str, s
     for f in lake.snapshot(table, version=version).schema().fields:
         kind = str(getattr(f.type, "type", ""))
         stored[f.name] = "DecimalType" if kind.startswith("decimal") else DELTA_TYPE_NAMES.get(kind, kind)
-    return {c.name: stored.get(c.name) or SPARK_TYPE_NAMES.get(c.type, c.type) for c in ALL_TABLES[table].columns}
+    return {c.name: stored.get(c.name) or SPARK_TYPE_NAMES.get(c.type, c.type) for c in READABLE[table].columns}
+
+
+def _spec_type_names(table: str) -> dict[str, str]:
+    """Each column's Spark type name by the spec: a view's columns, made when read, have no stored schema."""
+    return {c.name: SPARK_TYPE_NAMES.get(c.type, c.type) for c in READABLE[table].columns}
 
 
 # ---------------------------------------------------------------------------------------------- GX glue
@@ -514,37 +520,46 @@ def run_quality(
     write_results: bool = True,
     pandas_max_rows: int = PANDAS_MAX_ROWS,
 ) -> QualityReport:
-    """Validate the current snapshot of each table (all of models.tables by default) in the lake.
+    """Validate the current snapshot of each table (all of models.tables by default, the views too) in the lake.
 
     A table of up to ``pandas_max_rows`` rows is read with delta-rs and validated by GX's pandas engine, with no
     JVM; a larger one through Spark: ``spark`` is the session, or a function that builds it (called only then).
+    The ``metadata_events`` view is sized by the stored rows it is made from, and has no version.
     """
-    wanted = list(tables) if tables is not None else list(ALL_TABLES)
+    wanted = list(tables) if tables is not None else list(READABLE)
     bad = [t for t in wanted if t not in mq.SUITES]
     if bad:
-        raise UserError(f"unknown table(s): {', '.join(bad)} (known: {', '.join(ALL_TABLES)})")
-    present = [t for t in wanted if lake.exists(t)]
+        raise UserError(f"unknown table(s): {', '.join(bad)} (known: {', '.join(READABLE)})")
+    present = [t for t in wanted if (metadata_events.exists(lake) if t == METADATA_EVENTS.name else lake.exists(t))]
     skipped = tuple(t for t in wanted if t not in present)
-    versions = {t: lake.version(t) for t in present}
-    large = [t for t in present if lake.row_count(t, versions[t]) > pandas_max_rows]
+    versions = {t: None if t == METADATA_EVENTS.name else lake.version(t) for t in present}
+
+    def rows(table: str) -> int:
+        if table == METADATA_EVENTS.name:
+            return sum(lake.row_count(t) for t in metadata_events.STORED if lake.exists(t))
+        return lake.row_count(table, versions[table])
+
+    large = [t for t in present if rows(t) > pandas_max_rows]
     docs_root = os.path.join(str(lake.root), QUALITY_DIR, "gx") if write_results else None
     run_at = datetime.now(UTC)
     validator = _Validator(docs_root)
     by_table: dict[str, SuiteResult] = {}
-    meta: list[pa.Table | None] = []  # metadata_events' keys, read once when a suite first needs them
+    view: list[pa.Table] = []  # the metadata_events view, made once when first needed
+
+    def metadata_view() -> pa.Table:
+        if not view:
+            view.append(metadata_events.read(lake))
+        return view[0]
 
     def metadata_keys() -> pa.Table | None:
-        if not meta:
-            exists = lake.exists(METADATA_EVENTS.name)
-            meta.append(lake.scan(METADATA_EVENTS.name, columns=["cluster", "topic", "partition"],
-                                  version=versions.get(METADATA_EVENTS.name)) if exists else None)
-        return meta[0]
+        return metadata_view().select(["cluster", "topic", "partition"]) if metadata_events.exists(lake) else None
 
     for table in (t for t in present if t not in large):
-        data, suite = add_derived_arrow(lake.read_arrow(table, version=versions[table]), mq.SUITES[table],
-                                        metadata_keys, kafka_version)
-        result = validator.validate_pandas(suite, data.to_pandas(), delta_type_names(lake, table, versions[table]),
-                                           versions[table])
+        is_view = table == METADATA_EVENTS.name
+        data, suite = add_derived_arrow(metadata_view() if is_view else lake.read_arrow(table, version=versions[table]),
+                                        mq.SUITES[table], metadata_keys, kafka_version)
+        types = _spec_type_names(table) if is_view else delta_type_names(lake, table, versions[table])
+        result = validator.validate_pandas(suite, data.to_pandas(), types, versions[table])
         log.info("%s", result.line())
         by_table[table] = result
     if large:
@@ -566,11 +581,11 @@ def _validate_large(spark: SparkSession | Callable[[], SparkSession], lake: Lake
     from lakehouse.spark_io import read_table
 
     session = spark() if callable(spark) else spark
-    frames = {t: read_table(session, lake, t, version=versions[t]) for t in large}
+    frames = {t: metadata_events.frame(session, lake) if t == METADATA_EVENTS.name
+              else read_table(session, lake, t, version=versions[t]) for t in large}
     reference = dict(frames)
-    if METADATA_EVENTS.name not in reference and lake.exists(METADATA_EVENTS.name):
-        reference[METADATA_EVENTS.name] = read_table(session, lake, METADATA_EVENTS.name,
-                                                     version=versions.get(METADATA_EVENTS.name))
+    if METADATA_EVENTS.name not in reference and metadata_events.exists(lake):
+        reference[METADATA_EVENTS.name] = metadata_events.frame(session, lake)
     return _validate_frames(validator, frames, reference, kafka_version, versions)
 
 

@@ -38,6 +38,7 @@ from models.tables import (
     PARTITION_TRANSITIONS,
     QUALITY_RESULTS,
 )
+from services import metadata_events
 from services.report_svg import Band, Lane, Marker, Segment, TimeScale, esc, lanes_svg, step_chart_svg
 
 if TYPE_CHECKING:
@@ -80,8 +81,9 @@ def load_report_data(lake: Lake, migration: MigrationReport | None = None) -> Re
     tables: dict[str, list[Row]] = {}
     missing = set()
     for name in REPORT_TABLES:
-        if lake.exists(name):
-            rows = lake.read_arrow(name).to_pylist()
+        view = name == METADATA_EVENTS.name
+        if metadata_events.exists(lake) if view else lake.exists(name):
+            rows = (metadata_events.read(lake, cluster=lake.cluster) if view else lake.read_arrow(name)).to_pylist()
             tables[name] = [r for r in rows if r.get("cluster") in (None, lake.cluster)]
         else:
             tables[name] = []

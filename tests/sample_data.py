@@ -7,7 +7,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
+
+from collectors.bronze import change_row
 from lakehouse import Lake
+from models.events import Source, ZnodeChange, ZnodeOp
 from models.ids import event_id
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -19,33 +23,46 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def metadata_events() -> list[dict[str, Any]]:
+def znode_events() -> list[dict[str, Any]]:
+    """The story's ZooKeeper writes, as the transaction-log collector records them: the ``metadata_events`` view
+    decodes them (two controllers, partition 0 of orders offline from 120 s to 200 s). The hostile topic name
+    holds a ``/``, so no znode can name it: only an anomaly names it."""
     rows: list[dict[str, Any]] = []
 
-    def ev(zxid: int, t: float, type_: str, **kw: Any) -> None:
-        rows.append({"zxid": zxid, "event_time": at(t), "type": type_,
-                     "event_id": event_id("local", "meta", zxid, type_, kw.get("topic"), kw.get("partition")), **kw})
+    def w(zxid: int, t: float, path: str, op: ZnodeOp, data: Any = None, version: int = 0) -> None:
+        payload = data if data is None or isinstance(data, bytes) else json.dumps(data).encode()
+        change = ZnodeChange(zxid=zxid, path=path, op=op, data=payload, version=version, txn_time=at(t))
+        row = change_row(change, cluster="local", source=Source.TXNLOG, observed_at=at(t))
+        rows.append({k: v for k, v in row.items() if k != "cluster"})  # the lake's own, as the other tables
 
-    ev(1, 0, "CONTROLLER_ELECTED", controller_id=1)
-    ev(2, 0, "CONTROLLER_EPOCH_CHANGED", controller_epoch=1, zk_version=0)
+    def state(zxid: int, t: float, p: int, leader: int, epoch: int, isr: list[int], controller_epoch: int,
+              version: int) -> None:
+        w(zxid, t, f"/brokers/topics/orders/partitions/{p}/state", ZnodeOp.CREATE if version == 0 else ZnodeOp.SET,
+          {"controller_epoch": controller_epoch, "leader": leader, "version": 1, "leader_epoch": epoch, "isr": isr},
+          version)
+
+    w(1, 0, "/controller", ZnodeOp.CREATE, {"version": 1, "brokerid": 1, "timestamp": "0"})
+    w(2, 0, "/controller_epoch", ZnodeOp.SET, b"1")
+    w(10, 5, "/brokers/topics/orders", ZnodeOp.CREATE, {"version": 1, "partitions": {"0": [1, 2, 3], "1": [1, 2, 3]}})
     for p in (0, 1):
-        ev(10 + p, 5, "PARTITION_ASSIGNED", topic="orders", partition=p, replicas=[1, 2, 3])
-        ev(20 + p, 6, "PARTITION_STATE_WRITTEN", topic="orders", partition=p, leader=1 + p, leader_epoch=0,
-           isr=[1, 2, 3], controller_epoch=1)
-    ev(12, 5, "PARTITION_ASSIGNED", topic=HOSTILE_TOPIC, partition=0, replicas=[1, 2])
-    ev(22, 6, "PARTITION_STATE_WRITTEN", topic=HOSTILE_TOPIC, partition=0, leader=1, leader_epoch=0, isr=[1, 2],
-       controller_epoch=1)
-    ev(30, 60, "PARTITION_STATE_WRITTEN", topic="orders", partition=0, leader=2, leader_epoch=1, isr=[2, 3],
-       controller_epoch=1)
-    ev(40, 100, "CONTROLLER_ELECTED", controller_id=2)
-    ev(41, 100, "CONTROLLER_EPOCH_CHANGED", controller_epoch=2, zk_version=1)
-    ev(50, 120, "PARTITION_STATE_WRITTEN", topic="orders", partition=0, leader=-1, leader_epoch=2, isr=[3],
-       controller_epoch=2)
-    ev(60, 200, "PARTITION_STATE_WRITTEN", topic="orders", partition=0, leader=3, leader_epoch=3, isr=[3],
-       controller_epoch=2)
-    ev(70, 240, "PARTITION_STATE_WRITTEN", topic="orders", partition=0, leader=3, leader_epoch=3, isr=[1, 2, 3],
-       controller_epoch=2)
+        state(20 + p, 6, p, 1 + p, 0, [1, 2, 3], 1, 0)
+    state(30, 60, 0, 2, 1, [2, 3], 1, 1)
+    w(39, 99, "/controller", ZnodeOp.DELETE)
+    w(40, 100, "/controller", ZnodeOp.CREATE, {"version": 1, "brokerid": 2, "timestamp": "100000"})
+    w(41, 100, "/controller_epoch", ZnodeOp.SET, b"2", 1)
+    state(50, 120, 0, -1, 2, [3], 2, 2)
+    state(60, 200, 0, 3, 3, [3], 2, 3)
+    state(70, 240, 0, 3, 3, [1, 2, 3], 2, 4)
     return rows
+
+
+def metadata_events() -> list[dict[str, Any]]:
+    """What the ``metadata_events`` view shows of the story's ``znode_events``."""
+    from lakehouse.arrow_schema import arrow_schema
+    from pipelines.decode import metadata_events_of
+
+    rows = [{"cluster": "local", **r} for r in znode_events()]
+    return metadata_events_of(pa.Table.from_pylist(rows, schema=arrow_schema("znode_events"))).to_pylist()
 
 
 def _transition(topic: str, p: int, zxid: int, t: float, fr: str, to: str, legal: bool = True) -> dict[str, Any]:
@@ -61,8 +78,6 @@ def partition_transitions() -> list[dict[str, Any]]:
         _transition("orders", 0, 60, 200, "OfflinePartition", "OnlinePartition"),
         _transition("orders", 1, 11, 5, "NonExistentPartition", "NewPartition"),
         _transition("orders", 1, 21, 6, "NewPartition", "OnlinePartition"),
-        _transition(HOSTILE_TOPIC, 0, 12, 5, "NonExistentPartition", "NewPartition"),
-        _transition(HOSTILE_TOPIC, 0, 22, 6, "NewPartition", "OnlinePartition"),
     ]
 
 
@@ -108,18 +123,9 @@ def partition_state() -> list[dict[str, Any]]:
     ]
 
 
-def znode_events() -> list[dict[str, Any]]:
-    return [
-        {"zxid": z, "path": "/controller", "op": op, "source": "txnlog", "observed_at": at(z),
-         "event_id": event_id("local", "txnlog", z, "/controller", op)}
-        for z, op in ((1, "CREATE"), (39, "DELETE"), (40, "CREATE"))
-    ]
-
-
 def all_tables() -> dict[str, list[dict[str, Any]]]:
     return {
         "znode_events": znode_events(),
-        "metadata_events": metadata_events(),
         "partition_transitions": partition_transitions(),
         "replica_transitions": replica_transitions(),
         "partition_state": partition_state(),

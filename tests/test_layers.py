@@ -17,7 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"models"},
     "conf": {"conf"},
     "lakehouse": {"lakehouse", "models"},
-    "services": {"services", "models", "lakehouse", "conf"},
+    "services": {"services", "models", "lakehouse", "pipelines", "conf"},
     "collectors": {"collectors", "models", "lakehouse", "services", "conf"},
     "simulator": {"simulator", "models", "lakehouse", "services", "collectors", "conf"},
     "pipelines": {"pipelines", "models", "lakehouse"},

@@ -14,7 +14,6 @@ from models.events import MetadataEventType
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
     CLUSTER_STAGE,
-    EMIT_COLUMN,
     PARTITIONS_PER_BUCKET,
     BucketLayout,
     bucket_of,
@@ -50,16 +49,14 @@ def test_a_partition_event_goes_to_its_bucket_and_a_cluster_wide_one_to_the_stag
                      "topic": ["t", None, "t", "t", "t"], "partition": pa.array([0, None, None, 0, None], pa.int32()),
                      "zxid": [1, 2, 3, 4, 5]})
     routed = route(meta, 4)
-    by_zxid: dict[int, list[tuple[int, bool]]] = {}
-    for z, b, e in zip(routed["zxid"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), routed[EMIT_COLUMN].to_pylist(),
-                       strict=True):
-        by_zxid.setdefault(z, []).append((b, e))
+    by_zxid: dict[int, list[int]] = {}
+    for z, b in zip(routed["zxid"].to_pylist(), routed[BUCKET_COLUMN].to_pylist(), strict=True):
+        by_zxid.setdefault(z, []).append(b)
     own = bucket_of(pa.array(["t"]), pa.array([0], pa.int32()), 4)[0]
-    assert by_zxid[1] == by_zxid[4] == [(own, True)]
-    everywhere = sorted([(CLUSTER_STAGE, True), *((b, False) for b in range(4))])
+    assert by_zxid[1] == by_zxid[4] == [own]
+    everywhere = sorted([CLUSTER_STAGE, *range(4)])
     assert sorted(by_zxid[2]) == sorted(by_zxid[3]) == everywhere
-    assert by_zxid[5] == [(CLUSTER_STAGE, True)]  # not folded: written by the stage only
-    assert sum(routed[EMIT_COLUMN].to_pylist()) == meta.num_rows  # each event written once
+    assert by_zxid[5] == [CLUSTER_STAGE]  # not folded: only the stage has it
 
 
 def test_a_decision_goes_to_its_stage_and_to_its_partitions_bucket() -> None:

@@ -19,7 +19,7 @@ from models.ids import event_id
 from pipelines import detectors as D
 from pipelines.bucket_fold import BUCKET_COLUMN, TICK_STATE, BucketState, bucket_step, bucket_tick, zk_times
 from pipelines.cluster_stage import StreamPart
-from pipelines.keyed_pipeline import META_SEQ, ROUTED_EVENTS, route_znode_rows
+from pipelines.keyed_pipeline import META_SEQ, route_znode_rows
 from tests.history import T0, History, clean_history, decision
 
 
@@ -241,7 +241,7 @@ def test_a_batch_of_ticks_moves_the_clock_and_range_as_the_whole_step_would() ->
     _, state = bucket_step("test", BucketState.empty(META_SEQ), events, None, "2.0")
     clock = pa.table({"zk_time": pa.array([_micros(30)], pa.int64())})
     txnlog = pa.table({"lo": pa.array([1], pa.int64()), "hi": pa.array([h.zxid + 5], pa.int64())})
-    nothing = ROUTED_EVENTS.empty_table()
+    nothing = META_SEQ.empty_table()
     for zk_time, txn in ((clock, None), (None, txnlog), (clock, txnlog), (None, None)):
         out, stepped = bucket_step("test", state, nothing, None, "2.0", zk_time, txn)
         assert all(t.num_rows == 0 for t in out.values())

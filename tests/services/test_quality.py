@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.spark_io import read_table
 from models.quality import SUITES
+from services import metadata_events
 from services.quality import run_quality, run_quality_on_batch
 from tests import sample_data as sd
 from zkledger.commands import check as check_command
@@ -25,7 +26,7 @@ def _corrupted() -> dict[str, list[dict[str, Any]]]:
     zn = tables["znode_events"]
     zn.append({**zn[0], "zxid": 99})  # same event_id as row 0
     zn.append({**zn[1], "op": "TELEPORT", "event_id": "bad-op"})
-    tables["metadata_events"].append({"zxid": -5, "type": "OTHER", "event_id": "neg-zxid"})
+    zn.append({**zn[1], "zxid": -5, "event_id": "neg-zxid"})  # decodes to a metadata event at zxid -5
     pt = tables["partition_transitions"]
     pt.append(sd._transition("orders", 1, 80, 250, "OnlinePartition", "HalfOnlinePartition", legal=False))
     pt.append(sd._transition("orders", 1, 81, 251, "OnlinePartition", "NonExistentPartition", legal=True))
@@ -51,7 +52,7 @@ def test_clean_story_passes_and_results_are_stored(spark: Any, lake: Any) -> Non
     sd.write_story(lake)
     report = run_quality(spark, lake)
     assert report.success, [s.line() for s in report.failed_suites]
-    assert {s.table for s in report.suites} == set(sd.all_tables())
+    assert {s.table for s in report.suites} == {*sd.all_tables(), "metadata_events"}  # the view, made from bronze
     assert "quarantine" in report.skipped
     for s in report.suites:
         assert [r.expectation for r in s.results] == [e.name for e in SUITES[s.table].expectations]
@@ -83,11 +84,11 @@ def test_each_corrupted_table_fails_naming_the_broken_expectation(spark: Any, la
 
 
 def test_null_key_in_a_batch_fails_not_null(spark: Any, lake: Any) -> None:
-    sd.write_story(lake, {"metadata_events": sd.metadata_events(), "partition_transitions": sd.partition_transitions()})
+    sd.write_story(lake, {"znode_events": sd.znode_events(), "partition_transitions": sd.partition_transitions()})
     pt = read_table(spark, lake, "partition_transitions")
     broken = pt.withColumn("event_id", F.when(F.col("zxid") == 20, F.lit(None)).otherwise(F.col("event_id")))
     report = run_quality_on_batch(spark, {"partition_transitions": broken},
-                                  reference={"metadata_events": read_table(spark, lake, "metadata_events")})
+                                  reference={"metadata_events": metadata_events.frame(spark, lake)})
     failed = {r.expectation for r in report.suite("partition_transitions").failed}
     assert failed == {"not_null(event_id)"}
     # without a reference table the cross-table check is left out, not failed

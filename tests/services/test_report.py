@@ -37,7 +37,8 @@ def _chromium() -> str:
 
 
 def _story_data() -> ReportData:
-    return ReportData("local", {k: _with_cluster(v) for k, v in sd.all_tables().items()})
+    tables = {**sd.all_tables(), "metadata_events": sd.metadata_events()}
+    return ReportData("local", {k: _with_cluster(v) for k, v in tables.items()})
 
 
 def _with_cluster(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -118,13 +118,17 @@ def _counted(publish: Callable[[list[dict[str, Any]]], object],
 BRONZE = ("znode_events", "controller_decisions")
 
 
+NEWEST_COLUMN = "max.event_time"
+"""A data file's newest ``event_time``, in the Delta log's statistics."""
+
+
 class LakeWatch:
     """The monitor's metrics from Spark's progress events and from the lake its micro-batches commit to.
 
     A listener on the session takes each progress event of the query (duration, rows read per bronze table)
     and marks the lake as changed; the command's wait loop then reads the derived tables' Delta logs (no data):
-    the rows of the files added since the last look, by table, and the newest ``event_time`` of
-    ``metadata_events``; once more ``table_commit_s`` after the last micro-batch, when the tables it staged have
+    the rows of the files added since the last look, by table, and the newest ``event_time`` among them
+    (the transitions', the states'); once more ``table_commit_s`` after the last micro-batch, when the tables it staged have
     been committed. The files present at start are the baseline, not counted."""
 
     def __init__(self, lake: Lake, metrics: Metrics, table_commit_s: float = 0.0,
@@ -191,8 +195,9 @@ class LakeWatch:
     def _read(self, count: bool) -> None:
         import pyarrow as pa
 
-        from models.tables import DERIVED_TABLES, METADATA_EVENTS
+        from models.tables import DERIVED_TABLES
 
+        newest: list[Any] = []
         for spec in DERIVED_TABLES:
             if not self.lake.exists(spec.name):
                 continue
@@ -205,8 +210,7 @@ class LakeWatch:
                 if new:
                     self.metrics.rows_written(spec.name, new)
             self.files[spec.name] = set(paths)
-            newest_column = "max.event_time"
-            if spec is METADATA_EVENTS and newest_column in actions.column_names:
-                newest = max((t for t in actions.column(newest_column).to_pylist() if t is not None), default=None)
-                if newest is not None:
-                    self.metrics.monitor_committed(newest)
+            if NEWEST_COLUMN in actions.column_names:
+                newest += [t for t in actions.column(NEWEST_COLUMN).to_pylist() if t is not None]
+        if newest:
+            self.metrics.monitor_committed(max(newest))

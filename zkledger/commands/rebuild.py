@@ -9,7 +9,6 @@ from typing import Any
 from models.tables import (
     ANOMALIES,
     DECODE_QUARANTINE,
-    METADATA_EVENTS,
     PARTITION_TRANSITIONS,
     REPLICA_TRANSITIONS,
 )
@@ -33,6 +32,5 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
                      buckets=ctx.settings.pipeline.buckets,
                      max_bytes_per_trigger=batch_bytes(ctx.settings.pipeline.rebuild_batch_mb),
                      offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms))
-    return (f"rebuilt {counts[METADATA_EVENTS.name]} metadata events, {counts[PARTITION_TRANSITIONS.name]} partition and "
-            f"{counts[REPLICA_TRANSITIONS.name]} replica transitions, {counts[ANOMALIES.name]} anomalies "
-            f"({counts[DECODE_QUARANTINE.name]} quarantined)")
+    return (f"rebuilt {counts[PARTITION_TRANSITIONS.name]} partition and {counts[REPLICA_TRANSITIONS.name]} replica "
+            f"transitions, {counts[ANOMALIES.name]} anomalies ({counts[DECODE_QUARANTINE.name]} quarantined)")

@@ -8,7 +8,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from models.tables import KRAFT_RECORDS, METADATA_EVENTS, PARTITION_TRANSITIONS, ZNODE_EVENTS
+from models.tables import KRAFT_RECORDS, PARTITION_TRANSITIONS, ZNODE_EVENTS
+from services.errors import UserError
 from services.sanitize import terminal_safe
 from zkledger.context import Context
 
@@ -53,16 +54,20 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace, ctx: Context) -> str:
     from pipelines.time_travel import state_at
+    from services import metadata_events
     from zkledger.commands.anomalies import parse_time
 
     at = parse_time(args.at) if args.at else None
     if at is not None and (answered := _migration_state(args, ctx, at)) is not None:
         return answered
-    ctx.require_table(METADATA_EVENTS.name)
+    ctx.require_lake()
+    if not metadata_events.exists(ctx.lake):
+        raise UserError(f"no metadata events under {ctx.lake_root}: collect a cluster's history "
+                        "(`zkledger collect ...`), then run `zkledger rebuild`")
     pt = PARTITION_TRANSITIONS.name
     transitions = ctx.lake.read_arrow(pt).to_pylist() if ctx.lake.exists(pt) else []
     position = args.zxid if args.offset is None else args.offset  # a KRaft history keeps the offset as its zxid
-    st = state_at(ctx.lake.read_arrow(METADATA_EVENTS.name).to_pylist(), transitions, zxid=position, at=at,
+    st = state_at(metadata_events.read(ctx.lake).to_pylist(), transitions, zxid=position, at=at,
                   topic=args.topic)
     if args.format == "json":
         print(json.dumps(st, default=str, sort_keys=True))
