@@ -37,7 +37,13 @@ from engine.rebuild import rebuild
 from engine.stateful_sink import COMMITTED, DERIVED
 from lakehouse import Lake
 from models.anomalies import describe_group, group_findings
-from models.tables import ANOMALIES, CONTROLLER_DECISIONS, METADATA_EVENTS, PARTITION_STATE, ZNODE_EVENTS
+from models.tables import (
+    ANOMALIES,
+    CONTROLLER_DECISIONS,
+    PARTITION_STATE,
+    PARTITION_TRANSITIONS,
+    ZNODE_EVENTS,
+)
 from services.sanitize import terminal_safe
 from tests.conftest import assert_same_tables
 from tests.e2e.conftest import (
@@ -237,7 +243,7 @@ def monitor_after_a_rebuild(ctx: Ctx, **cut: Any) -> Lake:
 def monitor_killed_and_restarted(ctx: Ctx) -> Lake:
     """`zkledger monitor --available-now` as a process, three runs on its checkpoint with a step arriving
     before each: killed in micro-batch 0 before any commit (Spark's offset log has the batch, no table
-    does); killed in micro-batch 1 after its `metadata_events` commit, before the batch's last one (the replayed
+    does); killed in micro-batch 1 after its `partition_transitions` commit, before the batch's last one (the replayed
     batch 0 done first); then to the end, the unfinished batch 1 replayed. Every anomaly printed once."""
     conf = ctx.tmp_path / "settings.toml"
     conf.write_text(MONITOR_SETTINGS)
@@ -251,9 +257,9 @@ def monitor_killed_and_restarted(ctx: Ctx) -> Lake:
     assert writer is not None
     assert [spec.name for spec in DERIVED if dst.last_batch_seq(spec.name, writer) is not None] == []
     feed(dst, steps[1], 2)
-    second = run_monitor(dst, conf, "--available-now", crash=f"{COMMITTED}{METADATA_EVENTS.name}:1")
+    second = run_monitor(dst, conf, "--available-now", crash=f"{COMMITTED}{PARTITION_TRANSITIONS.name}:1")
     assert second.returncode == -signal.SIGKILL, second.stderr[-3000:]
-    assert (_last_batch(dst, METADATA_EVENTS.name), _last_batch(dst)) == (1, 0)
+    assert (_last_batch(dst, PARTITION_TRANSITIONS.name), _last_batch(dst)) == (1, 0)
     feed(dst, steps[2], 3)
     last = run_monitor(dst, conf, "--available-now")
     assert last.returncode == 0, last.stderr[-3000:]

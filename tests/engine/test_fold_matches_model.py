@@ -21,8 +21,9 @@ from engine.local_run import LocalRunner
 from lakehouse.spark_schema import spark_arrow_schema
 from models.events import MetadataEvent, MetadataEventType
 from models.reference_fold import MetadataProjection, project_metadata
-from models.tables import CONTROLLER_DECISIONS, METADATA_EVENTS, ZNODE_EVENTS
+from models.tables import CONTROLLER_DECISIONS, ZNODE_EVENTS
 from pipelines.bucket_fold import BucketState
+from pipelines.decode import metadata_events_of
 from simulator import payloads as zc
 from tests.history import History
 
@@ -84,17 +85,19 @@ def histories(draw: Any) -> tuple[list[dict[str, Any]], str, list[int]]:
     return h.rows, draw(st.sampled_from(["2.2", "2.8"])), cuts
 
 
-TABLES = ("metadata_events", "partition_transitions", "replica_transitions")
+TABLES = ("partition_transitions", "replica_transitions")
 
 
 def _pipeline(rows: list[dict[str, Any]], version: str, cuts: list[int]) -> tuple[pa.Table, dict[str, pa.Table]]:
-    """Every batch through the keys' steps: (every metadata event, the steps and the keys' final states)."""
+    """Every batch through the keys' steps: (every metadata event, as the ``metadata_events`` view shows the
+    history, the steps and the keys' final states)."""
     schema = spark_arrow_schema(ZNODE_EVENTS)
     runner = LocalRunner(buckets=4, kafka_version=version)
     out: dict[str, list[pa.Table]] = {t: [spark_arrow_schema(t).empty_table()] for t in TABLES}
+    bronze = pa.Table.from_pylist([{f: {**r, "cluster": "test"}.get(f) for f in schema.names} for r in rows],
+                                  schema=schema)
     for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
-        batch = pa.Table.from_pylist([{f: {**r, "cluster": "test"}.get(f) for f in schema.names} for r in rows[lo:hi]],
-                                     schema=schema)
+        batch = bronze.slice(lo, hi - lo)
         for _, _, table, got in runner.step(batch, spark_arrow_schema(CONTROLLER_DECISIONS).empty_table()):
             if table in out:
                 out[table].append(got.select(spark_arrow_schema(table).names))
@@ -102,7 +105,7 @@ def _pipeline(rows: list[dict[str, Any]], version: str, cuts: list[int]) -> tupl
     states = {t: pa.concat_tables([getattr(s, t) for s in buckets]) if buckets else spark_arrow_schema(t).empty_table()
               for t in ("partition_state", "replica_state")}
     steps = {t: pa.concat_tables(parts) for t, parts in out.items()}
-    return steps.pop(METADATA_EVENTS.name), {**steps, **states}
+    return metadata_events_of(bronze), {**steps, **states}
 
 
 def _reference(meta: pa.Table, version: str) -> MetadataProjection:

@@ -11,7 +11,7 @@ from engine.monitor import start_monitor
 from engine.stateful import checkpoint_writer
 from lakehouse import Lake
 from models.anomalies import AnomalyKind
-from models.tables import ANOMALIES, METADATA_EVENTS, PARTITION_TRANSITIONS, QUALITY_RESULTS, ZNODE_EVENTS
+from models.tables import ANOMALIES, PARTITION_TRANSITIONS, QUALITY_RESULTS, REPLICA_TRANSITIONS, ZNODE_EVENTS
 from tests.history import clean_history
 
 
@@ -45,7 +45,7 @@ def test_the_monitor_maintains_the_lake_and_checks_each_batch(spark: Any, tmp_pa
     assert AnomalyKind.ZOMBIE_CONTROLLER_WRITE in {r["kind"] for r in found}
 
     results = lake.read_arrow(QUALITY_RESULTS.name).to_pylist()
-    assert {r["table_name"] for r in results} >= {METADATA_EVENTS.name, PARTITION_TRANSITIONS.name, ANOMALIES.name}
+    assert {r["table_name"] for r in results} >= {PARTITION_TRANSITIONS.name, REPLICA_TRANSITIONS.name, ANOMALIES.name}
     assert len({r["run_id"] for r in results}) >= 2  # one run per batch with new rows
     failed = [(r["table_name"], r["expectation"], r["observed"]) for r in results if not r["success"]]
     assert failed == []  # the batches' rows are well formed

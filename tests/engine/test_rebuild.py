@@ -10,11 +10,12 @@ import pytest
 from engine.local_run import run_local
 from engine.rebuild import batch_bytes, rebuild
 from engine.stateful import checkpoint_writer, stateful_checkpoint
+from services.metadata_events import read_any
 from tests.history import clean_history
 
 
 def _rows(lake: Any, table: str) -> list[dict[str, Any]]:
-    return lake.read_arrow(table).to_pylist()
+    return read_any(lake, table).to_pylist()  # a stored table, or the metadata_events view
 
 
 def _kinds(lake: Any) -> list[str]:

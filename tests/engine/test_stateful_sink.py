@@ -85,19 +85,19 @@ def test_a_task_writes_one_file_per_appended_table_and_one_per_key_of_a_state_ta
     import pyarrow.parquet as pq
 
     from engine import stateful_sink
-    from models.tables import METADATA_EVENTS, PARTITION_STATE
+    from models.tables import KRAFT_METADATA_EVENTS, PARTITION_STATE
 
-    for table in (METADATA_EVENTS, PARTITION_STATE):  # the sink creates its tables first
+    for table in (KRAFT_METADATA_EVENTS, PARTITION_STATE):  # the sink creates its tables first
         (tmp_path / table.name).mkdir()
     keys = [(c, b) for c in ("a", "b") for b in range(4)]
-    outputs = [_record(METADATA_EVENTS.name, c, b, _packed(METADATA_EVENTS.name, c, 3, 10 * b)) for c, b in keys]
+    outputs = [_record(KRAFT_METADATA_EVENTS.name, c, b, _packed(KRAFT_METADATA_EVENTS.name, c, 3, 10 * b)) for c, b in keys]
     outputs += [_record(PARTITION_STATE.name, c, b, _packed(PARTITION_STATE.name, c, 2)) for c, b in keys]
     outputs.append(_record(ANOMALIES.name, "a", 1, b"packed"))
     by_table: dict[str, list[dict[str, object]]] = {}
     for r in stateful_sink.output_files(str(tmp_path), outputs):
         by_table.setdefault(str(r["table"]), []).append(r)
-    assert [r["rows"] for r in by_table[METADATA_EVENTS.name]] == [24]  # eight keys' rows, one file
-    written = pq.read_table(f"{tmp_path}/{METADATA_EVENTS.name}/{by_table[METADATA_EVENTS.name][0]['path']}")
+    assert [r["rows"] for r in by_table[KRAFT_METADATA_EVENTS.name]] == [24]  # eight keys' rows, one file
+    written = pq.read_table(f"{tmp_path}/{KRAFT_METADATA_EVENTS.name}/{by_table[KRAFT_METADATA_EVENTS.name][0]['path']}")
     assert sorted(zip(written["cluster"].to_pylist(), written["zxid"].to_pylist(), strict=True)) == sorted(
         (c, z) for c, b in keys for z in range(10 * b, 10 * b + 3))
     # a file per key: committed, it replaces that key's last one
@@ -105,7 +105,7 @@ def test_a_task_writes_one_file_per_appended_table_and_one_per_key_of_a_state_ta
     assert by_table[ANOMALIES.name] == [{"table": ANOMALIES.name, "cluster": "a", "bucket": 1, "packed": b"packed"}]
 
     monkeypatch.setattr(stateful_sink, "APPEND_FILE_ROWS", 7)
-    files = [r for r in stateful_sink.output_files(str(tmp_path), outputs) if r["table"] == METADATA_EVENTS.name]
+    files = [r for r in stateful_sink.output_files(str(tmp_path), outputs) if r["table"] == KRAFT_METADATA_EVENTS.name]
     assert [r["rows"] for r in files] == [9, 9, 6]  # written once a table's gathered rows reach the cap
 
 
@@ -115,27 +115,27 @@ def test_a_key_writes_its_state_and_its_large_appended_rows_itself_and_packs_the
 
     from engine import stateful_sink
     from lakehouse.files import cluster_tag, file_key
-    from models.tables import METADATA_EVENTS, PARTITION_STATE, PARTITION_TRANSITIONS
+    from models.tables import KRAFT_METADATA_EVENTS, PARTITION_STATE, PARTITION_TRANSITIONS
     from pipelines.bucket_fold import ipc_table
 
-    for table in (METADATA_EVENTS, PARTITION_STATE, PARTITION_TRANSITIONS):
+    for table in (KRAFT_METADATA_EVENTS, PARTITION_STATE, PARTITION_TRANSITIONS):
         (tmp_path / table.name).mkdir()
     monkeypatch.setattr(stateful_sink, "KEY_FILE_ROWS", 5)
-    tables = [(METADATA_EVENTS.name, ipc_table(_packed(METADATA_EVENTS.name, "a", 5))),  # a file's worth
+    tables = [(KRAFT_METADATA_EVENTS.name, ipc_table(_packed(KRAFT_METADATA_EVENTS.name, "a", 5))),  # a file's worth
               (PARTITION_TRANSITIONS.name, ipc_table(_packed(PARTITION_TRANSITIONS.name, "a", 4))),  # too few
               (PARTITION_STATE.name, ipc_table(_packed(PARTITION_STATE.name, "a", 1))),  # state: always
               (ANOMALIES.name, pa.table({"anomaly_id": ["x"]}))]
     records = {r["table"]: r for r in stateful_sink.key_outputs(str(tmp_path), "a", 3, tables)}
-    assert records[METADATA_EVENTS.name]["rows"] == 5 and "packed" not in records[METADATA_EVENTS.name]
+    assert records[KRAFT_METADATA_EVENTS.name]["rows"] == 5 and "packed" not in records[KRAFT_METADATA_EVENTS.name]
     assert records[PARTITION_STATE.name]["rows"] == 1
     assert file_key(str(records[PARTITION_STATE.name]["path"])) == (cluster_tag("a"), 3)
-    assert pq.read_table(tmp_path / METADATA_EVENTS.name / str(records[METADATA_EVENTS.name]["path"])).num_rows == 5
+    assert pq.read_table(tmp_path / KRAFT_METADATA_EVENTS.name / str(records[KRAFT_METADATA_EVENTS.name]["path"])).num_rows == 5
     assert "path" not in records[PARTITION_TRANSITIONS.name] and "path" not in records[ANOMALIES.name]
 
     # the task's writer passes the written files on and writes the packed rows
     out = stateful_sink.output_files(str(tmp_path), list(records.values()))
     by_table = {r["table"]: r for r in out}
-    assert by_table[METADATA_EVENTS.name] == records[METADATA_EVENTS.name]
+    assert by_table[KRAFT_METADATA_EVENTS.name] == records[KRAFT_METADATA_EVENTS.name]
     assert by_table[PARTITION_TRANSITIONS.name]["rows"] == 4 and by_table[ANOMALIES.name] == records[ANOMALIES.name]
     assert sorted(p.name for p in (tmp_path / PARTITION_TRANSITIONS.name).iterdir()) == [
         by_table[PARTITION_TRANSITIONS.name]["path"]]
@@ -144,23 +144,23 @@ def test_a_key_writes_its_state_and_its_large_appended_rows_itself_and_packs_the
 def test_staged_batches_commit_as_one_every_appended_file_and_each_key_s_newest_state(tmp_path: Path) -> None:
     from engine.stateful_sink import newest_per_key
     from lakehouse.files import DataFile, StagedFiles
-    from models.tables import METADATA_EVENTS, PARTITION_STATE
+    from models.tables import KRAFT_METADATA_EVENTS, PARTITION_STATE
 
     def f(table: str, name: str) -> DataFile:
         return DataFile(table, name, 10, 1, "{}", 0)
 
     staged = StagedFiles(tmp_path / "ckpt")
     assert staged.batches() == [] and not staged.holds(3)
-    staged.add(4, [(METADATA_EVENTS, None, f(METADATA_EVENTS.name, "m4")),
+    staged.add(4, [(KRAFT_METADATA_EVENTS, None, f(KRAFT_METADATA_EVENTS.name, "m4")),
                    (PARTITION_STATE, ("c", 1), f(PARTITION_STATE.name, "s4-1"))])
-    staged.add(3, [(METADATA_EVENTS, None, f(METADATA_EVENTS.name, "m3")),
+    staged.add(3, [(KRAFT_METADATA_EVENTS, None, f(KRAFT_METADATA_EVENTS.name, "m3")),
                    (PARTITION_STATE, ("c", 1), f(PARTITION_STATE.name, "s3-1")),
                    (PARTITION_STATE, ("c", 2), f(PARTITION_STATE.name, "s3-2"))])
     assert staged.holds(3) and [b for b, _ in staged.batches()] == [3, 4]  # oldest first, read back whole
 
     files, superseded = newest_per_key(staged.batches())
     assert sorted((spec.name, key, df.path) for spec, key, df in files) == [
-        (METADATA_EVENTS.name, None, "m3"), (METADATA_EVENTS.name, None, "m4"),
+        (KRAFT_METADATA_EVENTS.name, None, "m3"), (KRAFT_METADATA_EVENTS.name, None, "m4"),
         (PARTITION_STATE.name, ("c", 1), "s4-1"), (PARTITION_STATE.name, ("c", 2), "s3-2")]
     assert [df.path for df in superseded] == ["s3-1"]  # never committed: deleted after the commit
     staged.remove([3, 4])

@@ -22,7 +22,7 @@ TABLES = ("partition_transitions", "anomalies")
 def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any, tmp_path: Path) -> None:
     tables = sd.all_tables()
     tables["anomalies"].append({**tables["anomalies"][0], "kind": "ALIENS", "anomaly_id": "alien-1"})
-    sd.write_story(lake, {t: tables[t] for t in ("metadata_events", *TABLES)})
+    sd.write_story(lake, {t: tables[t] for t in ("znode_events", *TABLES)})
     local = run_quality(spark, lake, tables=TABLES, write_results=False)
 
     argv = [*submit_command(standalone, tmp_path), str(ROOT / "jobs" / "check.py"),

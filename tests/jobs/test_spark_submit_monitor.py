@@ -62,7 +62,7 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
 
     h = _story()
     remote, local = Lake(str(tmp_path / "remote-lake"), h.cluster), Lake(str(tmp_path / "local-lake"), h.cluster)
-    # 4 commits, one micro-batch each, every one adding metadata events: the driver killed in the first, the
+    # 4 commits, one micro-batch each, every one adding partition transitions: the driver killed in the first, the
     # worker once the second has rows, the rest run without it (each batch costs seconds on 1 core)
     commits = [h.rows[i:i + 6] for i in range(0, len(h.rows), 6)]
     assert len(commits) == 4
@@ -80,18 +80,19 @@ def test_submitted_monitor_survives_a_killed_driver_and_a_killed_worker(
     first = subprocess.Popen([*job, "--trigger", "1"], stdout=first_log.open("wb"), stderr=subprocess.STDOUT,
                              env=spark_env(), cwd=tmp_path, start_new_session=True)
     try:
-        done_first = _wait_rows(remote, "metadata_events", 1, first, first_log)
+        done_first = _wait_rows(remote, "partition_transitions", 1, first, first_log)
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the driver and its Python workers, mid-stream
         first.wait(timeout=60)
-    assert remote.row_count("metadata_events") < local.row_count("metadata_events"), "the first run drained it all"
+    assert remote.row_count("partition_transitions") < local.row_count("partition_transitions"), \
+        "the first run drained it all"
 
     second_log = tmp_path / "monitor-2.log"
     second = subprocess.Popen([*job, "--available-now"], stdout=second_log.open("wb"), stderr=subprocess.STDOUT,
                               env=spark_env(), cwd=tmp_path)
     try:
-        streamed = _wait_rows(remote, "metadata_events", done_first + 1, second, second_log)
-        assert streamed < local.row_count("metadata_events"), "the restarted run drained it all before the kill"
+        streamed = _wait_rows(remote, "partition_transitions", done_first + 1, second, second_log)
+        assert streamed < local.row_count("partition_transitions"), "the restarted run drained it all before the kill"
         victim = standalone_cluster.workers[1]
         os.killpg(victim.pid, signal.SIGKILL)  # the worker and its executor
         victim.wait(timeout=60)

@@ -10,7 +10,14 @@ import pytest
 from models.anomalies import AnomalyKind
 from models.events import Source
 from pipelines import bucket_fold
-from pipelines.bucket_fold import RECENT_IDS, TXNLOG_COLUMN, TXNLOG_RANGE, first_seen, range_bounds
+from pipelines.bucket_fold import (
+    CLUSTER_STAGE,
+    RECENT_IDS,
+    TXNLOG_COLUMN,
+    TXNLOG_RANGE,
+    first_seen,
+    range_bounds,
+)
 from pipelines.cluster_stage import ClusterState, StreamPart, cluster_step
 from pipelines.detectors import GAP_COLUMNS
 
@@ -80,9 +87,10 @@ def test_the_logs_events_are_not_remembered_and_reads_only_the_newest(monkeypatc
 def test_a_multi_read_by_both_collectors_in_different_batches_is_one_event() -> None:
     """Kafka registers a broker with one multi (create, then set): the transaction log has both rows, a watch one
     create with the payload, under another event id. Whichever batch the watch's copy arrives in after the log's,
-    only the log's event is kept, by the buckets and by the cluster's stage."""
+    only the log's event is kept, by the cluster's stage and by the metadata_events view."""
     from engine.local_run import LocalRunner
     from lakehouse.spark_schema import spark_arrow_schema
+    from pipelines.decode import metadata_events_of
     from simulator import payloads as zc
     from tests.history import History
 
@@ -98,10 +106,14 @@ def test_a_multi_read_by_both_collectors_in_different_batches_is_one_event() -> 
 
     def registrations(batches: list[list[dict[str, object]]]) -> list[str]:
         runner = LocalRunner(buckets=4)
-        return [e["event_id"] for b in batches
-                for _, _, table, out in runner.step(pa.Table.from_pylist(b, schema=schema), no_decisions)
-                if table == "metadata_events" for e in out.to_pylist() if e["path"] == "/brokers/ids/1"]
+        for b in batches:
+            runner.step(pa.Table.from_pylist(b, schema=schema), no_decisions)
+        stage = runner.states[("c", CLUSTER_STAGE)]
+        assert isinstance(stage, ClusterState)
+        return [e["event_id"] for e in stage.global_events.to_pylist() if e["path"] == "/brokers/ids/1"]
 
     together = registrations([rows])
     assert len(together) == 1
+    view = metadata_events_of(pa.Table.from_pylist(rows, schema=schema)).to_pylist()
+    assert [e["event_id"] for e in view if e["path"] == "/brokers/ids/1"] == together  # the view keeps the same
     assert registrations([rows[:-1], rows[-1:]]) == together  # the watch's copy a batch after the log's

@@ -70,7 +70,7 @@ def test_the_outputs_do_not_depend_on_the_batches() -> None:
     whole = run(faulty(), [])
     for cuts in ([5], [3, 9, 14], list(range(1, 18))):
         cut = run(faulty(), cuts)
-        for table in ("metadata_events", "anomalies", "partition_transitions", "replica_transitions"):
+        for table in ("kraft_metadata_events", "anomalies", "partition_transitions", "replica_transitions"):
             assert key(cut.get(table, [])) == key(whole.get(table, [])), (table, cuts)
 
 
@@ -87,7 +87,7 @@ def test_a_snapshot_covers_segments_deleted_unread() -> None:
     table = pa.Table.from_pylist([*snap_rows, *(r for r in rows if r["offset"] >= 12)],
                                  schema=log.table().schema)
     out, _ = kraft_step(log.cluster, fresh(), table, META_SEQ, "3.9")
-    events = out["metadata_events"].to_pylist()
+    events = out["kraft_metadata_events"].to_pylist()
     assert min(e["zxid"] for e in events) == 11  # the snapshot's image, dated at its last offset
     final = {(r["topic"], r["partition"]): r for r in out["partition_state"].to_pylist()}
     assert final == {} or all(r["state"] == "NonExistentPartition" for r in final.values())
@@ -166,7 +166,7 @@ def test_a_snapshot_ending_inside_the_first_kept_segment_is_taken() -> None:
     kept = [r for r in whole.rows if r["offset"] >= 12]  # the first kept segment starts at 12
     table = pa.Table.from_pylist([*snap_rows, *kept], schema=whole.table().schema)
     out, _ = kraft_step(whole.cluster, fresh(), table, META_SEQ, "3.9")
-    assert out["metadata_events"].num_rows > len(kept)  # the snapshot's image was taken
+    assert out["kraft_metadata_events"].num_rows > len(kept)  # the snapshot's image was taken
     expected, _ = kraft_step(whole.cluster, fresh(), whole.table(), META_SEQ, "3.9")
 
     def final(rows: pa.Table) -> dict[tuple[str, int], tuple[object, ...]]:
