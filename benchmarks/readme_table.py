@@ -44,7 +44,8 @@ def _batch_rebuild(r: Result) -> list[Row]:
     batches = f"micro-batches of {p['batch_mb']} MB of bronze" if p.get("batch_mb") else "one micro-batch"
     return [(f"rebuild, {r['bronze_events']:,} events over {p['partitions']:,} partitions (`{p['spark_master']}`, "
              f"{batches}, median of {p['repeat']} rounds)", "",
-             f"{fixed(r['wall_s']['pipeline'], 1)} s = {r['pipeline_events_per_s']:,} events/s",
+             f"{fixed(r['wall_s']['pipeline'], 1)} s = {r['pipeline_events_per_s']:,} events/s"
+             + (f"; {r['output_rows_per_event']} rows written per event" if "output_rows_per_event" in r else ""),
              f"single-threaded Python replay of the same events: {r['python_replay_events_per_s']:,} events/s; the "
              "I/O floor (the same streaming reads and the same sink's writes, nothing computed): "
              f"{r['io_floor_events_per_s']:,} events/s",

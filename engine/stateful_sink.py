@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -56,6 +57,7 @@ from models.tables import (
     PARTITION_STATE,
     PARTITION_TRANSITIONS,
     REPLICA_TRANSITIONS,
+    RETIRED_TABLES,
     TableSpec,
 )
 from pipelines.bucket_fold import BUCKET_COLUMN, ipc_bytes, ipc_table
@@ -89,11 +91,17 @@ DERIVED = DERIVED_TABLES
 
 def reset_derived(lake: Lake, writer_id: str) -> None:
     """Empty every derived table that exists (a rebuild starts over), once per writer; a table an older release
-    wrote takes today's schema (new columns) in the same commit."""
+    wrote takes today's schema (new columns) in the same commit, and one it stored that is no longer stored
+    (``RETIRED_TABLES``) is removed."""
     for spec in DERIVED:
         if lake.exists(spec.name):
             lake.overwrite(spec.name, arrow_schema(spec).empty_table(), writer_id=f"{writer_id}-reset", batch_seq=0,
                            new_schema=True)
+    for name in RETIRED_TABLES:
+        folder = Path(lake.root) / name
+        if (folder / "_delta_log").is_dir():
+            shutil.rmtree(folder)
+            log.info("removed %s, which an older release stored (today a view)", name)
 
 
 def derived_counts(lake: Lake) -> dict[str, int]:

@@ -357,5 +357,8 @@ VIEWS: Final[dict[str, TableSpec]] = {METADATA_EVENTS.name: METADATA_EVENTS}
 """What users read like a table and the lake does not store: ``metadata_events`` is made when read
 (``services.metadata_events``)."""
 
+RETIRED_TABLES: Final[tuple[str, ...]] = (METADATA_EVENTS.name,)
+"""Derived tables older releases stored and this one does not: a rebuild removes them (a view has the name)."""
+
 READABLE: Final[dict[str, TableSpec]] = {**ALL_TABLES, **VIEWS}
 """The stored tables and the views: what ``zkledger check`` validates."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -55,6 +56,23 @@ def test_a_rebuild_gives_an_older_release_s_anomalies_table_today_s_columns(tmp_
     assert "episode_id" not in columns()
     reset_derived(lake, "rebuild")
     assert set(today.names) <= columns()
+
+
+def test_a_rebuild_removes_the_metadata_events_table_an_older_release_stored(tmp_path: object) -> None:
+    """``metadata_events`` is a view now: a stored copy would go stale beside it."""
+    from deltalake import write_deltalake
+
+    from engine.stateful_sink import reset_derived
+    from lakehouse import Lake
+    from models.tables import METADATA_EVENTS, RETIRED_TABLES
+
+    lake = Lake(str(tmp_path), "c")
+    assert METADATA_EVENTS.name in RETIRED_TABLES
+    stored = os.path.join(lake.root, METADATA_EVENTS.name)
+    write_deltalake(stored, spark_arrow_schema(METADATA_EVENTS).empty_table())
+    write_deltalake(lake.table_path(ANOMALIES.name), spark_arrow_schema(ANOMALIES).empty_table())
+    reset_derived(lake, "rebuild")
+    assert not os.path.exists(stored) and lake.exists(ANOMALIES.name)
 
 
 
