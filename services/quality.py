@@ -312,7 +312,7 @@ def delta_type_names(lake: Lake, table: str, version: int | None) -> dict[str, s
     for f in lake.snapshot(table, version=version).schema().fields:
         kind = str(getattr(f.type, "type", ""))
         stored[f.name] = "DecimalType" if kind.startswith("decimal") else DELTA_TYPE_NAMES.get(kind, kind)
-    return {c.name: stored.get(c.name) or SPARK_TYPE_NAMES.get(c.type, c.type) for c in READABLE[table].columns}
+    return {name: stored.get(name) or spec for name, spec in _spec_type_names(table).items()}
 
 
 def _spec_type_names(table: str) -> dict[str, str]:
