@@ -55,6 +55,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from engine.key_placement import place
 from engine.stateful_sink import (
     DERIVED,
     PACKED_COLUMN,
@@ -298,7 +299,7 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     """
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
-    layout = checkpoint_buckets(lake, checkpoint, buckets)
+    layout = checkpoint_buckets(lake, checkpoint, buckets, int(spark.conf.get("spark.sql.shuffle.partitions") or 0))
     if writer_id is None and not (Path(checkpoint) / WRITER_FILE).exists():
         foreign = [spec.name for spec in DERIVED if lake.exists(spec.name) and lake.row_count(spec.name)]
         if foreign:  # a fresh query would write every event of the history next to them again
@@ -385,10 +386,11 @@ BUCKETS_FILE = "zkledger-buckets"
 """Beside a checkpoint's offsets: its ``BucketLayout`` (the state is keyed by bucket, so it is fixed for its life)."""
 
 
-def checkpoint_buckets(lake: Lake, checkpoint: str | Path, buckets: int) -> BucketLayout:
+def checkpoint_buckets(lake: Lake, checkpoint: str | Path, buckets: int, state_partitions: int = 0) -> BucketLayout:
     """The bucket layout of the query on ``checkpoint``: kept beside its offsets; on a new checkpoint, each cluster
-    of the lake sized by its partitions (at most ``buckets``), a cluster the lake does not hold yet ``buckets``.
-    A checkpoint begun before layouts were kept used ``buckets`` for every cluster."""
+    of the lake sized by its partitions (at most ``buckets``), a cluster the lake does not hold yet ``buckets``,
+    and, given the query's ``state_partitions``, each sized cluster's buckets keyed to spread evenly over them
+    (``engine.key_placement``). A checkpoint begun before layouts were kept used ``buckets`` for every cluster."""
     path = Path(checkpoint) / BUCKETS_FILE
     if path.exists():
         kept = BucketLayout.from_json(json.loads(path.read_text()))
@@ -399,6 +401,8 @@ def checkpoint_buckets(lake: Lake, checkpoint: str | Path, buckets: int) -> Buck
     offsets = Path(checkpoint) / "offsets"
     begun = offsets.is_dir() and any(offsets.iterdir())  # a batch ran: its state is keyed by some layout
     layout = BucketLayout(buckets) if begun else BucketLayout.sized(buckets, cluster_partitions(lake))
+    if state_partitions > 0 and not begun:
+        layout = place(layout, state_partitions)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(layout.to_json()))

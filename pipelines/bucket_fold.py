@@ -71,10 +71,17 @@ class BucketLayout:
 
     default: int
     clusters: Mapping[str, int] = field(default_factory=dict)
+    keys: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """A cluster's key number of each of its buckets (``keys[c][i]``: bucket i's), for the clusters listed
+    (``engine.key_placement.place``); any other cluster's bucket i is key i."""
 
     def __post_init__(self) -> None:
         if self.default < 1 or any(n < 1 for n in self.clusters.values()):
             raise ValueError(f"bucket counts must be at least 1: {self.default}, {dict(self.clusters)}")
+        for cluster, keys in self.keys.items():
+            if len(keys) != self.of(cluster) or len(set(keys)) != len(keys) or min(keys) < 0:
+                raise ValueError(f"cluster {cluster!r} needs {self.of(cluster)} distinct key numbers of at least 0, "
+                                 f"got {list(keys)}")
 
     @classmethod
     def sized(cls, default: int, partitions: Mapping[str, int]) -> BucketLayout:
@@ -93,12 +100,27 @@ class BucketLayout:
         counts: np.ndarray = per_name[pc.index_in(cluster, names).to_numpy(zero_copy_only=False)]
         return counts
 
+    def key_of(self, cluster: pa.Array | pa.ChunkedArray, bucket: np.ndarray) -> np.ndarray:
+        """Each row's key number, from its cluster and its bucket (``range`` of the cluster's count)."""
+        if not self.keys:
+            return bucket
+        names = pc.unique(cluster)
+        numbers = [np.asarray(self.keys.get(c, range(self.of(c))), np.int64) for c in names.to_pylist()]
+        starts = np.cumsum([0, *(len(n) for n in numbers[:-1])])
+        at = pc.index_in(cluster, names).to_numpy(zero_copy_only=False)
+        placed: np.ndarray = np.concatenate(numbers)[starts[at] + bucket]
+        return placed
+
     def to_json(self) -> dict[str, object]:
-        return {"default": self.default, "clusters": dict(sorted(self.clusters.items()))}
+        doc: dict[str, object] = {"default": self.default, "clusters": dict(sorted(self.clusters.items()))}
+        if self.keys:
+            doc["keys"] = {c: list(k) for c, k in sorted(self.keys.items())}
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> BucketLayout:
-        return cls(int(doc["default"]), {str(c): int(n) for c, n in (doc.get("clusters") or {}).items()})
+        return cls(int(doc["default"]), {str(c): int(n) for c, n in (doc.get("clusters") or {}).items()},
+                   {str(c): tuple(int(k) for k in keys) for c, keys in (doc.get("keys") or {}).items()})
 
 
 PARTITIONS_PER_BUCKET = 6_250
@@ -127,17 +149,20 @@ def bucket_of(topic: pa.Array | pa.ChunkedArray, partition: pa.Array | pa.Chunke
 
 
 def _keyed_buckets(rows: pa.Table, buckets: Buckets) -> pa.Array:
-    """Each row's bucket, by its (cluster, topic, partition)."""
-    return pa.array(bucket_of(rows["topic"], rows["partition"], layout(buckets).counts(rows["cluster"])), pa.int32())
+    """Each row's bucket key, by its (cluster, topic, partition)."""
+    placed = layout(buckets)
+    bucket = bucket_of(rows["topic"], rows["partition"], placed.counts(rows["cluster"]))
+    return pa.array(placed.key_of(rows["cluster"], bucket).astype(np.int32))
 
 
 def _copies(rows: pa.Table, buckets: Buckets) -> pa.Table:
-    """``rows`` copied to every bucket of their cluster, with a ``bucket`` column."""
-    counts = layout(buckets).counts(rows["cluster"])
+    """``rows`` copied to every bucket of their cluster, with a ``bucket`` column (the bucket's key)."""
+    placed = layout(buckets)
+    counts = placed.counts(rows["cluster"])
     starts = np.cumsum(counts) - counts
     copies = rows.take(pa.array(np.repeat(np.arange(rows.num_rows), counts), pa.int64()))
     numbers = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
-    return copies.append_column(BUCKET_COLUMN, pa.array(numbers.astype(np.int32)))
+    return copies.append_column(BUCKET_COLUMN, pa.array(placed.key_of(copies["cluster"], numbers).astype(np.int32)))
 
 
 def route(meta: pa.Table, buckets: Buckets) -> pa.Table:

@@ -118,3 +118,18 @@ def test_micro_batches_and_restarts_equal_one_batch_in_the_driver(spark: Any, tm
     # forgets a replica, so a bucket's state file keeps them
     kept = {r["replica"] for r in lake.read_arrow("replica_state").to_pylist() if (r["topic"], r["partition"]) == ("t1", 0)}
     assert {3, 4} <= kept
+
+
+def test_spark_places_each_key_where_key_placement_says(spark: Any) -> None:
+    """Spark's hash partitioning of (cluster, bucket), the state partitions of the query's keys, is what
+    ``engine.key_placement.state_partition`` computes (names of every length, non-ASCII bytes, stage keys)."""
+    from pyspark.sql import functions as F
+
+    from engine.key_placement import state_partition
+
+    clusters = ["local", "bench", "kafka-00", "prod-eu-west-1", "集群", "x" * 37, "é"]
+    rows = [(c, k) for c in clusters for k in range(-2, 40)]
+    for n in (2, 3, 7):
+        frame = spark.createDataFrame(rows, "cluster string, bucket int").repartition(n, "cluster", "bucket")
+        placed = frame.select("cluster", "bucket", F.spark_partition_id().alias("p")).collect()
+        assert {(r.cluster, r.bucket): r.p for r in placed} == {(c, k): state_partition(c, k, n) for c, k in rows}
