@@ -429,6 +429,19 @@ _DECIMAL = re.compile(r"\d+")
 
 
 def _replica_map(name: str, raw: Mapping[str, Any]) -> dict[int, tuple[int, ...]]:
+    # a topic of thousands of partitions: check the whole map at once; anything odd takes the loop below,
+    # which names the first bad entry
+    keys, lists = list(raw), list(raw.values())
+    if all(k.isdecimal() for k in keys) and all(type(r) is list for r in lists):
+        numbers = [int(k) for k in keys]
+        flat = [b for r in lists for b in r]
+        if (not numbers or max(numbers) <= INT32_MAX) and all(type(b) is int for b in flat) and (
+                not flat or (INT32_MIN <= min(flat) and max(flat) <= INT32_MAX)):
+            return dict(zip(numbers, map(tuple, lists), strict=True))
+    return _replica_map_checked(name, raw)
+
+
+def _replica_map_checked(name: str, raw: Mapping[str, Any]) -> dict[int, tuple[int, ...]]:
     out: dict[int, tuple[int, ...]] = {}
     for key, replicas in raw.items():
         if not _DECIMAL.fullmatch(key) or int(key) > INT32_MAX:

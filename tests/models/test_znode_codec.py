@@ -327,6 +327,9 @@ STATE = "/brokers/topics/t/partitions/0/state"
         ("/brokers/ids/1", b'{"host":"h","port":9092}', "version"),
         ("/brokers/topics/t", b'{"version":1,"partitions":{"a":[1]}}', "partition key"),
         ("/brokers/topics/t", b'{"version":1,"partitions":{"0":"1,2"}}', "int_list"),
+        ("/brokers/topics/t", b'{"version":1,"partitions":{"0":[1],"2147483648":[1]}}', "partition key"),
+        ("/brokers/topics/t", b'{"version":1,"partitions":{"0":[1],"1":[2147483648]}}', "32-bit ints"),
+        ("/brokers/topics/t", b'{"version":1,"partitions":{"0":[1],"1":[true]}}', "int_list"),
         ("/brokers/topics/t", b'{"version":1,"partitions":[]}', "partitions must be object"),
         ("/config/changes/config_change_1", b'{"version":2}', "entity_path"),
         (
