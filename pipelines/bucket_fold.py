@@ -102,7 +102,7 @@ class BucketLayout:
 
     def key_of(self, cluster: pa.Array | pa.ChunkedArray, bucket: np.ndarray) -> np.ndarray:
         """Each row's key number, from its cluster and its bucket (``range`` of the cluster's count)."""
-        if not self.keys:
+        if not self.keys or len(bucket) == 0:
             return bucket
         names = pc.unique(cluster)
         numbers = [np.asarray(self.keys.get(c, range(self.of(c))), np.int64) for c in names.to_pylist()]

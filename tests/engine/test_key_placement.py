@@ -55,6 +55,7 @@ def test_a_placed_layout_routes_each_bucket_to_its_key() -> None:
     routed = route(meta, layout)
     own = routed.filter(pa.compute.equal(routed["cluster"], "local"))[BUCKET_COLUMN].to_pylist()
     assert own == [keys[b] for b in bucket_of(pa.array(["t"] * n), pa.array(range(n), pa.int32()), 4).tolist()]
+    assert route(meta.slice(0, 0), layout).num_rows == 0  # a batch without events routes none
     # a cluster the layout does not list keeps its bucket numbers
     later = routed.filter(pa.compute.equal(routed["cluster"], "later"))[BUCKET_COLUMN].to_pylist()
     assert later == bucket_of(pa.array(["t"] * n), pa.array(range(n), pa.int32()), 32).tolist()
