@@ -69,17 +69,15 @@ def placed_keys(cluster: str, buckets: int, partitions: int) -> tuple[int, ...]:
     """Key numbers for a cluster's ``buckets`` (index i: bucket i's) that fill ``partitions`` in turn, beginning
     after the partition of the cluster's stage: each partition gets buckets // partitions of them or one more."""
     start = state_partition(cluster, CLUSTER_STAGE, partitions) + 1
-    found: dict[int, list[int]] = {p: [] for p in range(partitions)}
-    wanted = [(start + i) % partitions for i in range(buckets)]
-    need = {p: wanted.count(p) for p in set(wanted)}
-    for key in count():  # each key lands on a partition with probability 1/partitions: a few per bucket
-        if all(len(found[p]) >= n for p, n in need.items()):
-            break
-        p = state_partition(cluster, key, partitions)
-        if len(found[p]) < need.get(p, 0):
-            found[p].append(key)
-    taken = {p: iter(keys) for p, keys in found.items()}
-    return tuple(next(taken[p]) for p in wanted)
+    unused: dict[int, list[int]] = {p: [] for p in range(partitions)}  # keys found, by partition, not yet given
+    candidates = count()  # each lands on a partition with probability 1/partitions: a few per bucket
+    keys = []
+    for p in ((start + i) % partitions for i in range(buckets)):
+        while not unused[p]:
+            key = next(candidates)
+            unused[state_partition(cluster, key, partitions)].append(key)
+        keys.append(unused[p].pop(0))
+    return tuple(keys)
 
 
 def place(layout: BucketLayout, partitions: int) -> BucketLayout:

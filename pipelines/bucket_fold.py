@@ -95,19 +95,17 @@ class BucketLayout:
         """Each row's cluster's bucket count."""
         if not self.clusters:
             return np.full(len(cluster), self.default, np.int64)
-        names = pc.unique(cluster)
-        per_name = np.array([self.of(c) for c in names.to_pylist()], np.int64)
-        counts: np.ndarray = per_name[pc.index_in(cluster, names).to_numpy(zero_copy_only=False)]
+        names, at = _names_of(cluster)
+        counts: np.ndarray = np.array([self.of(c) for c in names], np.int64)[at]
         return counts
 
     def key_of(self, cluster: pa.Array | pa.ChunkedArray, bucket: np.ndarray) -> np.ndarray:
         """Each row's key number, from its cluster and its bucket (``range`` of the cluster's count)."""
         if not self.keys or len(bucket) == 0:
             return bucket
-        names = pc.unique(cluster)
-        numbers = [np.asarray(self.keys.get(c, range(self.of(c))), np.int64) for c in names.to_pylist()]
+        names, at = _names_of(cluster)
+        numbers = [np.asarray(self.keys.get(c, range(self.of(c))), np.int64) for c in names]
         starts = np.cumsum([0, *(len(n) for n in numbers[:-1])])
-        at = pc.index_in(cluster, names).to_numpy(zero_copy_only=False)
         placed: np.ndarray = np.concatenate(numbers)[starts[at] + bucket]
         return placed
 
@@ -121,6 +119,12 @@ class BucketLayout:
     def from_json(cls, doc: Mapping[str, Any]) -> BucketLayout:
         return cls(int(doc["default"]), {str(c): int(n) for c, n in (doc.get("clusters") or {}).items()},
                    {str(c): tuple(int(k) for k in keys) for c, keys in (doc.get("keys") or {}).items()})
+
+
+def _names_of(cluster: pa.Array | pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
+    """The distinct cluster names, and each row's index among them."""
+    names = pc.unique(cluster)
+    return names.to_pylist(), pc.index_in(cluster, names).to_numpy(zero_copy_only=False)
 
 
 PARTITIONS_PER_BUCKET = 6_250
