@@ -14,7 +14,7 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    bucket settles the decisions it checks against ZooKeeper, ``detectors.settle_decisions``). Each task's rows
    of one (cluster, bucket) and kind (``StreamPart``) become one row holding them as Arrow IPC bytes, so
    neither the JVM nor the operator (pandas is its only Python interface) handles events one by one;
-2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``PipelineProcessor``: Python runs once per key
+2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``engine.key_processor.PipelineProcessor``: Python runs once per key
    per micro-batch with the vectorised kernels inside. A bucket folds its keys
    (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and transitions' checks,
    the decisions' checks against the writes ZooKeeper held); the cluster's stage does the cluster-wide work
@@ -45,25 +45,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from engine.key_placement import place
+from engine.key_processor import PipelineProcessor
+from engine.key_steps import PACKED_IN
 from engine.stateful_sink import (
     DERIVED,
-    PACKED_COLUMN,
-    WRITE_PROPERTY,
     WRITTEN,
     StatefulSink,
-    key_outputs,
-    packed_records,
 )
 from engine.upkeep import MaintenanceSchedule
 from lakehouse.files import StagedFiles
@@ -77,27 +72,19 @@ from models.tables import (
 from models.znode_codec import PATH_PATTERNS, PathKind
 from pipelines.bucket_fold import (
     BUCKET_COLUMN,
-    CLUSTER_STAGE,
-    TICK_STATE,
     BucketLayout,
     Buckets,
     BucketState,
-    bucket_tick,
     ipc_bytes,
-    ipc_table,
 )
 from pipelines.cluster_stage import ClusterState, StreamPart
 from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 from pipelines.keyed_pipeline import (
-    GLOBAL_SCHEMA,
-    META_SEQ,
     by_key,
     route_decision_rows,
     route_kraft_records,
     route_znode_rows,
-    step_key,
 )
-from pipelines.kraft_stage import KRAFT_STAGE, KraftState
 from pipelines.parallel import release_free_memory
 from services.errors import UserError
 
@@ -111,20 +98,10 @@ STATEFUL_WRITER = "stateful-query"
 DEFAULT_BUCKETS = 32
 """The most key buckets a cluster gets (``BucketLayout``): fixed for a checkpoint's life (the state is keyed by
 bucket)."""
-PART_COLUMN = "part"
-PACKED_IN = T.StructType([T.StructField("cluster", T.StringType()), T.StructField(BUCKET_COLUMN, T.IntegerType()),
-                          T.StructField(PART_COLUMN, T.StringType()), T.StructField(PACKED_COLUMN, T.BinaryType())])
-"""The operator's input: one task's rows of one ``StreamPart`` for one key, as one Arrow IPC stream."""
-STATE_BLOB = T.StructType([T.StructField("ipc", T.BinaryType())])
-"""One part of a bucket's state (one ``BucketState`` field) as one ValueState: a batch rewrites only the parts
-it changed (a batch that only moves the cluster's clock writes two small values, not the bucket's keys)."""
 BUCKET_PARTS = tuple(f.name for f in fields(BucketState))
-CLUSTER_STATE = T.StructType([T.StructField(n, T.BinaryType()) for n in ("global_events", "log_terms", "resigns",
-                                                                         "txnlog", "recent_ids")])
+CLUSTER_PARTS = tuple(f.name for f in fields(ClusterState))
+"""The state's parts, each one value in Spark's state store (``engine.key_processor``)."""
 _PACKED_IN_ARROW = to_arrow_schema(PACKED_IN)
-TICK_PARTS = frozenset({StreamPart.ZK_TIME, StreamPart.TXNLOG})
-"""What every batch with ZooKeeper events sends every bucket of the cluster (``bucket_fold.bucket_tick``)."""
-_EMPTY_BUCKET = BucketState.empty(META_SEQ)
 
 
 def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
@@ -186,95 +163,10 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | 
         route = functools.partial(route_kraft_records, zookeeper_clusters=zookeeper_clusters)
         routed = routed.unionByName(kraft.mapInArrow(_Route(route, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
-        statefulProcessor=PipelineProcessor(kafka_version, offline_blip, lake_root), outputStructType=WRITTEN,
+        statefulProcessor=PipelineProcessor(kafka_version, offline_blip, lake_root, BUCKET_PARTS, CLUSTER_PARTS),
+        outputStructType=WRITTEN,
         outputMode="Append",
         timeMode="None")
-
-
-def _outputs_wanted() -> bool:
-    """False when the sink runs the operator only to commit its state stores (a batch already committed)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return context is None or context.getLocalProperty(WRITE_PROPERTY) != "false"
-
-
-class PipelineProcessor(StatefulProcessor):
-    """One key per micro-batch: a bucket (its carried ``BucketState``, one ValueState per part) or a cluster's
-    stage (``ClusterState``, one ValueState), as Arrow IPC bytes."""
-
-    def __init__(self, kafka_version: str = DEFAULT_KAFKA_VERSION, offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
-                 lake_root: str | None = None) -> None:
-        self.kafka_version, self.offline_blip, self.lake_root = kafka_version, offline_blip, lake_root
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.bucket_parts = {name: handle.getValueState(f"bucket_{name}", STATE_BLOB) for name in BUCKET_PARTS}
-        self.cluster_state = handle.getValueState("cluster", CLUSTER_STATE)
-        self.kraft_image = handle.getValueState("kraft_image", STATE_BLOB)
-
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
-        blobs: dict[StreamPart, list[pa.Table]] = {}
-        for frame in rows:
-            for part, blob in zip(frame[PART_COLUMN], frame[PACKED_COLUMN], strict=True):
-                blobs.setdefault(StreamPart(part), []).append(ipc_table(blob))
-        if not blobs:
-            return
-        parts = {part: pa.concat_tables(tables) for part, tables in blobs.items()}
-        cluster, bucket = str(key[0]), int(key[1])
-        if bucket == KRAFT_STAGE:  # a KRaft cluster: its image, one bucket's state and its stage's, all here
-            image = self.kraft_image.get() if self.kraft_image.exists() else None
-            out, kraft = step_key(cluster, bucket, parts, KraftState(
-                KraftState.image_of(image[0] if image else None), self._bucket_state(), self._cluster_state()),
-                self.kafka_version, self.offline_blip)
-            assert isinstance(kraft, KraftState)
-            self.kraft_image.update((kraft.image_bytes(),))
-            self.cluster_state.update(kraft.stage.to_bytes())
-            for name, value in self.bucket_parts.items():
-                value.update((ipc_bytes(getattr(kraft.bucket, name)),))
-        elif bucket == CLUSTER_STAGE:
-            out, after = step_key(cluster, bucket, parts, self._cluster_state(), self.kafka_version,
-                                  self.offline_blip)
-            assert isinstance(after, ClusterState)
-            self.cluster_state.update(after.to_bytes())
-        else:
-            if parts.keys() <= TICK_PARTS:  # most buckets of most batches: read three small parts, not the state
-                changed = bucket_tick({n: self._bucket_part(n) for n in TICK_STATE}, parts.get(StreamPart.ZK_TIME),
-                                      parts.get(StreamPart.TXNLOG))
-                if changed is not None:
-                    for name, table in changed.items():
-                        self.bucket_parts[name].update((ipc_bytes(table),))
-                    return
-            carried = self._bucket_state()
-            out, after = step_key(cluster, bucket, parts, carried, self.kafka_version, self.offline_blip)
-            for name, value in self.bucket_parts.items():
-                if getattr(after, name) is not getattr(carried, name):  # the step returns untouched parts as they were
-                    value.update((ipc_bytes(getattr(after, name)),))
-        tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
-        if not tables:
-            return
-        if self.lake_root is None:
-            records = packed_records((name, cluster, bucket, rows) for name, rows in tables)
-        elif _outputs_wanted():
-            records = key_outputs(self.lake_root, cluster, bucket, tables)
-        else:
-            return
-        yield pd.DataFrame({f.name: pd.Series([r.get(f.name) for r in records], dtype=object) for f in WRITTEN.fields})
-
-    # ``exists`` first: Spark's state server logs a warning for each ``get`` of a value not set
-    def _cluster_state(self) -> ClusterState:
-        stored = self.cluster_state.get() if self.cluster_state.exists() else None
-        return ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
-
-    def _bucket_part(self, name: str) -> pa.Table:
-        value = self.bucket_parts[name]
-        stored = value.get() if value.exists() else None
-        return ipc_table(stored[0]) if stored else getattr(_EMPTY_BUCKET, name)
-
-    def _bucket_state(self) -> BucketState:
-        return BucketState(**{name: self._bucket_part(name) for name in self.bucket_parts})
-
-    def close(self) -> None:
-        release_free_memory()
 
 
 def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path, *, buckets: int = DEFAULT_BUCKETS,

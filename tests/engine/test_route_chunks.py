@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from engine import stateful
+from engine.key_steps import PART_COLUMN
 from engine.stateful_sink import PACKED_COLUMN
 from lakehouse.spark_schema import spark_arrow_schema
 from models.tables import ZNODE_EVENTS
@@ -32,7 +33,7 @@ def _events_by_key(packed: list[pa.RecordBatch], part: StreamPart) -> dict[tuple
     out: dict[tuple[str, int], list[str]] = {}
     for batch in packed:
         for row in batch.to_pylist():
-            if row[stateful.PART_COLUMN] == part:
+            if row[PART_COLUMN] == part:
                 rows = ipc_table(row[PACKED_COLUMN])
                 out.setdefault((row["cluster"], row["bucket"]), []).extend(
                     rows["event_id"].to_pylist() if "event_id" in rows.column_names else [str(rows.num_rows)])
