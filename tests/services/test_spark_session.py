@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conf.settings import load_settings
-from services.spark_session import ROCKSDB_PROVIDER, spark_conf
+from services.spark_session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -38,6 +40,21 @@ def test_session_is_configured_as_the_project_needs(spark: object) -> None:
     assert get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert spark.sparkContext.master == "local[2]"
     assert spark.sparkContext.uiWebUrl is None
+
+
+def test_streaming_checkpoints_are_written_without_child_processes(spark: Any, tmp_path: Path) -> None:
+    """Spark's checkpoint files go through the FileSystem API, which on a local disk renames and creates them
+    in the JVM (the FileContext one starts `readlink` and `chmod` processes for each)."""
+    jvm = spark.sparkContext._jvm
+    hadoop_conf = spark._jsparkSession.sessionState().newHadoopConf()
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        jvm.org.apache.hadoop.fs.Path(str(tmp_path)), hadoop_conf)
+    assert manager.getClass().getName() == CHECKPOINT_FILE_MANAGER
+    spark.range(3).write.parquet(str(tmp_path / "in"))
+    q = spark.readStream.schema("id long").parquet(str(tmp_path / "in")).writeStream.format("noop").option(
+        "checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    q.awaitTermination()
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "offsets").iterdir() if not p.name.startswith(".")) == ["0"]
 
 
 def test_extra_conf_from_settings_wins() -> None:
