@@ -14,9 +14,9 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    bucket settles the decisions it checks against ZooKeeper, ``detectors.settle_decisions``). Each task's rows
    of one (cluster, bucket) and kind (``StreamPart``) become one row holding them as Arrow IPC bytes, so
    neither the JVM nor the operator (pandas is its only Python interface) handles events one by one;
-2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``engine.key_processor.PipelineProcessor``: Python runs once per key
-   per micro-batch with the vectorised kernels inside. A bucket folds its keys
-   (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and transitions' checks,
+2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``engine.key_processor.PipelineProcessor``:
+   Python runs once per key per micro-batch (``engine.key_steps``) with the vectorised kernels inside. A bucket
+   folds its keys (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and transitions' checks,
    the decisions' checks against the writes ZooKeeper held); the cluster's stage does the cluster-wide work
    (``pipelines.cluster_stage.cluster_step``: timeline, controller terms, resignations, gaps). Each key's
    state is one value in Spark's state store (RocksDB), checkpointed by Spark with the stream's offsets.
