@@ -16,8 +16,9 @@ The query (``stateful_stream``), on the bronze streams (Delta's streaming source
    neither the JVM nor the operator (pandas is its only Python interface) handles events one by one;
 2. ``groupBy(cluster, bucket).transformWithStateInPandas`` with ``engine.key_processor.PipelineProcessor``:
    Python runs once per key per micro-batch (``engine.key_steps``) with the vectorised kernels inside. A bucket
-   folds its keys (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and transitions' checks,
-   the decisions' checks against the writes ZooKeeper held); the cluster's stage does the cluster-wide work
+   folds its keys (``pipelines.bucket_fold.bucket_step``: both state machines, the state writes' and
+   transitions' checks, the decisions' checks against the writes ZooKeeper held); the cluster's stage does the
+   cluster-wide work
    (``pipelines.cluster_stage.cluster_step``: timeline, controller terms, resignations, gaps). Each key's
    state is one value in Spark's state store (RocksDB), checkpointed by Spark with the stream's offsets.
    Out: per (key, output table), the file the key wrote (its state; appended rows that fill a file) or its rows
