@@ -85,22 +85,31 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _PICK = random.SystemRandom()  # not the seeded global generator: parallel test workers would pick alike
 
 
+_HANDED_OUT: set[int] = set()
+"""Every port ``free_port`` gave in this process: servers picked together (a Kafka cluster's brokers) are
+started after all their ports are picked, so a port that is free now may already be promised."""
+
+
 def free_port() -> int:
-    """A port nothing is bound to, from just below the kernel's ephemeral range: a port from that range (what
-    binding port 0 gives) can be handed to another process's outgoing connection before the server meant to
-    listen on it starts, and a Kafka node formats its storage for seconds first."""
+    """A port nothing is bound to and not given before in this process, from just below the kernel's ephemeral
+    range: a port from that range (what binding port 0 gives) can be handed to another process's outgoing
+    connection before the server meant to listen on it starts, and a Kafka node formats its storage for seconds
+    first."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     for _ in range(100):
         port = _PICK.randrange(max(1024, low - 12_000), low)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((HOST, port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
