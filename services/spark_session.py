@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 # Tables Spark creates keep the protocol delta-rs also reads and writes (lakehouse.maintenance has the tested
 # list): these Delta defaults stay off even where a cluster's own spark-defaults turn them on.
