@@ -33,6 +33,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakehouse.arrow_schema import arrow_schema, spec_for
+from lakehouse.checksums import write_checksums
 from lakehouse.files import ROW_GROUP_ROWS, DataFile, file_key
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,7 @@ class Lake:
         try:
             DeltaTable.create(path, arrow_schema(table), mode="ignore", name=table,
                               configuration={STATS_COLUMNS_PROPERTY: ",".join(spec_for(table).stats_columns)})
+            write_checksums(path, 0)
             log.info("created table %s at %s", table, path)
         except DeltaError:
             # Another process created it between our check and our commit: that is fine.
@@ -263,6 +265,7 @@ class Lake:
                         actions.append(RemoveAction(path, True, now, size))
             dt.create_write_transaction(actions, mode="append", schema=arrow_schema(table),
                                         commit_properties=properties)
+            dt.update_incremental()  # the handle does not follow its own transaction (its checkpoint and checksum do)
 
         return self._commit_once(table, writer_id, batch_seq, commit, metadata)
 
@@ -289,6 +292,7 @@ class Lake:
                     time.sleep(0.05 * (attempt + 1))
                     continue
                 crash_point("after_commit", batch_seq)
+                write_checksums(self.table_path(table), dt.version())
                 self._maybe_checkpoint(dt)
             return True
         raise CommitFailedError(f"{table}: gave up after {_COMMIT_RETRIES} conflicting commits")
@@ -425,14 +429,18 @@ class Lake:
 
     def optimize(self, table: str) -> dict[str, Any]:
         """Compact small files (collectors append many small batches). Returns delta-rs metrics."""
-        metrics: dict[str, Any] = self._load(table).optimize.compact()
+        dt = self._load(table)
+        metrics: dict[str, Any] = dt.optimize.compact()
+        write_checksums(self.table_path(table), dt.version())
         return metrics
 
     def vacuum(self, table: str, retention_hours: int = 168) -> list[str]:
         """Delete files no snapshot newer than ``retention_hours`` needs (limits time travel)."""
-        return self._load(table).vacuum(
-            retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
-        )
+        dt = self._load(table)
+        removed: list[str] = dt.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+        dt.update_incremental()
+        write_checksums(self.table_path(table), dt.version())
+        return removed
 
 
 def _from_rows(table: str, rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:

@@ -54,6 +54,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import CommitFailedError
 
+from lakehouse.checksums import write_checksums
 from lakehouse.files import ROW_GROUP_ROWS, STAGED_DIR, StagedFiles
 from models.tables import ALL_TABLES, KEYED_STATE_TABLES
 
@@ -283,6 +284,7 @@ def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RET
         dt.update_incremental()
     dt.create_checkpoint()
     report.checkpoint_version = dt.version()
+    write_checksums(path, dt.version())
     report.files_after = len(dt.file_uris())
     if stream_floor is not None:
         needed = math.ceil(hours_since_version(path, max(stream_floor - 1, 0))) + STREAM_MARGIN_HOURS
@@ -295,6 +297,8 @@ def maintain_table(lake: Lake, table: str, *, retention_hours: int = DEFAULT_RET
     removed = dt.vacuum(retention_hours=report.retention_hours, dry_run=False,
                         enforce_retention_duration=not allow_short_retention, full=True)
     report.vacuumed = len(removed)
+    dt.update_incremental()
+    write_checksums(path, dt.version())  # vacuum's own commits
     return report
 
 
