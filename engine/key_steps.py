@@ -63,7 +63,7 @@ class KeySteps:
             return
         parts = {part: pa.concat_tables(tables) for part, tables in blobs.items()}
         if bucket == KRAFT_STAGE:  # a KRaft cluster: its image, one bucket's state and its stage's, all here
-            image = self.kraft_image.get() if self.kraft_image.exists() else None
+            image = self.kraft_image.get()
             out, kraft = step_key(cluster, bucket, parts, KraftState(
                 KraftState.image_of(image[0] if image else None), self._bucket_state(), self._cluster_state()),
                 self.kafka_version, self.offline_blip)
@@ -101,14 +101,13 @@ class KeySteps:
             return
         yield pd.DataFrame({f.name: pd.Series([r.get(f.name) for r in records], dtype=object) for f in WRITTEN.fields})
 
-    # ``exists`` first: Spark's state server logs a warning for each ``get`` of a value not set
+    # ``get`` alone (None when not set), not ``exists`` first: each call is a round trip to the state server
     def _cluster_state(self) -> ClusterState:
-        stored = self.cluster_state.get() if self.cluster_state.exists() else None
+        stored = self.cluster_state.get()
         return ClusterState.from_bytes(tuple(stored)) if stored else ClusterState.empty(GLOBAL_SCHEMA)
 
     def _bucket_part(self, name: str) -> pa.Table:
-        value = self.bucket_parts[name]
-        stored = value.get() if value.exists() else None
+        stored = self.bucket_parts[name].get()
         return ipc_table(stored[0]) if stored else getattr(_EMPTY_BUCKET, name)
 
     def _bucket_state(self) -> BucketState:

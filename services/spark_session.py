@@ -39,7 +39,8 @@ DELTA_FEATURE_DEFAULTS = {
 }
 
 # Spark's default log4j2 profile prints a banner and INFO startup lines before setLogLevel can run; a config of
-# our own keeps the console at WARN from the first line and mutes known-harmless warnings. With a log file
+# our own keeps the console at WARN from the first line and mutes known-harmless warnings (a state value read
+# before its first write is one: a key's first micro-batch reads its state without asking whether it exists). With a log file
 # (`spark_logs_to_file`: the CLI without -v) the lines go to that file instead of the terminal.
 _LOG4J2_CONSOLE = """\
 appender.console.type = Console
@@ -66,6 +67,8 @@ logger.shutdown.name = org.apache.hadoop.util.ShutdownHookManager
 logger.shutdown.level = error
 logger.rocksdb.name = org.apache.spark.sql.execution.streaming.state
 logger.rocksdb.level = error
+logger.valuestate.name = org.apache.spark.sql.execution.streaming.operators.stateful.transformwithstate.statevariables.ValueStateImpl
+logger.valuestate.level = error
 logger.parquet.name = org.apache.parquet
 logger.parquet.level = error
 logger.zookeeper.name = org.apache.zookeeper
@@ -193,8 +196,9 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.sql.ui.retainedExecutions": "50",
         "spark.sql.streaming.ui.retainedProgressUpdates": "50",
         # Delta reads a new table version's protocol and metadata with a query that has the version as a
-        # literal (the collectors' commits carry no .crc), so a monitor compiles new classes every micro-batch.
-        # Only a concurrent GC cycle unloads them, and a driver with a quiet heap may never start one.
+        # literal when the version has no checksum file (a table's versions before its first checksum), so a
+        # monitor may compile new classes every micro-batch. Only a concurrent GC cycle unloads them, and a
+        # driver with a quiet heap may never start one.
         "spark.cleaner.periodicGC.interval": "5min",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": executor_opts,
