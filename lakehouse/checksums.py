@@ -164,7 +164,16 @@ def _base(table_path: str | os.PathLike[str], version: int) -> tuple[int, TableC
 
 def write_checksums(table_path: str | os.PathLike[str], version: int) -> int:
     """Write the checksum files of the versions up to ``version`` that follow a known state; returns how many
-    were written (0 when ``version`` has one already or its chain is broken)."""
+    were written (0 when ``version`` has one already or its chain is broken). Never raises: the commit it follows
+    is done, and a checksum only saves readers time."""
+    try:
+        return _write_checksums(table_path, version)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("%s: no checksum for version %d (%s)", table_path, version, e)
+        return 0
+
+
+def _write_checksums(table_path: str | os.PathLike[str], version: int) -> int:
     if checksum_path(table_path, version).exists():
         return 0
     base = _base(table_path, version)

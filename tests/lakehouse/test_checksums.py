@@ -131,6 +131,17 @@ def test_a_remove_without_a_size_leaves_no_checksum(lake: Lake) -> None:
     assert not checksum_path(path, 2).exists()
 
 
+def test_an_unreadable_commit_leaves_no_checksum_and_fails_no_write(lake: Lake) -> None:
+    """The commit is done when its checksum is written: a log that cannot be read costs the checksum only."""
+    lake.append(EVENTS, sample_rows(EVENTS, 3, tag="a"), writer_id="w", batch_seq=1)
+    path = lake.table_path(EVENTS)
+    Path(path, "_delta_log", f"{2:020d}.json").write_text('{"add": {"path": "x.parquet"}}\n')  # no size
+    assert write_checksums(path, 2) == 0
+    Path(path, "_delta_log", f"{2:020d}.json").write_text("not json\n")
+    assert write_checksums(path, 2) == 0
+    assert not checksum_path(path, 2).exists()
+
+
 @pytest.mark.spark
 def test_the_connector_validates_and_uses_the_lake_checksums(spark: SparkSession, lake: Lake) -> None:
     """Delta's own check of a checksum against its replay of the log passes, and its snapshot carries it."""
