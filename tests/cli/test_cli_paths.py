@@ -80,7 +80,9 @@ def _three_commits(lake: Any) -> str:
 
 
 @pytest.mark.parametrize("command", [["anomalies"], ["report", "--out", "REPORT"]])
-@pytest.mark.parametrize("deleted", [0, 1])
+# commits 1 and 2 hold rows; commit 0 only the protocol and metadata, which delta-rs then takes from the newest
+# version checksum file (the table stays readable, and whole)
+@pytest.mark.parametrize("deleted", [1, 2])
 def test_missing_delta_log_commit_is_one_line(command: list[str], deleted: int, lake: Any, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = _three_commits(lake)
