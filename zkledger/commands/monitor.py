@@ -198,6 +198,7 @@ class LakeWatch:
         from models.tables import DERIVED_TABLES
 
         newest: list[Any] = []
+        written: dict[str, int] = {}
         for spec in DERIVED_TABLES:
             if not self.lake.exists(spec.name):
                 continue
@@ -205,12 +206,14 @@ class LakeWatch:
             paths = actions.column("path").to_pylist()
             known = self.files.get(spec.name, set())
             if count:
-                new = sum(n or 0 for path, n in zip(paths, actions.column("num_records").to_pylist(), strict=True)
-                          if path not in known)
-                if new:
-                    self.metrics.rows_written(spec.name, new)
+                written[spec.name] = sum(n or 0 for path, n in zip(paths, actions.column("num_records").to_pylist(),
+                                                                   strict=True) if path not in known)
             self.files[spec.name] = set(paths)
             if NEWEST_COLUMN in actions.column_names:
                 newest += [t for t in actions.column(NEWEST_COLUMN).to_pylist() if t is not None]
+        # the newest event time first: a scrape that sees the new rows' counts sees their time too
         if newest:
             self.metrics.monitor_committed(max(newest))
+        for table, new in written.items():
+            if new:
+                self.metrics.rows_written(table, new)
