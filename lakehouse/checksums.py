@@ -81,13 +81,13 @@ def checksum_path(table_path: str | os.PathLike[str], version: int) -> Path:
     return Path(table_path) / LOG_DIR / f"{version:020d}.crc"
 
 
-def _commit_path(table_path: str | os.PathLike[str], version: int) -> Path:
+def commit_path(table_path: str | os.PathLike[str], version: int) -> Path:
     return Path(table_path) / LOG_DIR / f"{version:020d}.json"
 
 
 def _read_commit(table_path: str | os.PathLike[str], version: int) -> list[dict[str, Any]] | None:
     try:
-        text = _commit_path(table_path, version).read_text(encoding="utf-8")
+        text = commit_path(table_path, version).read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -199,4 +199,4 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["TableChecksum", "checksum_path", "write_checksums"]
+__all__ = ["TableChecksum", "checksum_path", "commit_path", "write_checksums"]

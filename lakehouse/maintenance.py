@@ -54,7 +54,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, WriterProperties
 from deltalake.exceptions import CommitFailedError
 
-from lakehouse.checksums import write_checksums
+from lakehouse.checksums import commit_path, write_checksums
 from lakehouse.files import ROW_GROUP_ROWS, STAGED_DIR, StagedFiles
 from models.tables import ALL_TABLES, KEYED_STATE_TABLES
 
@@ -166,7 +166,7 @@ def _source_offsets(path: str) -> list[dict[str, Any]]:
 
 def hours_since_version(table_path: str, version: int) -> float:
     """Hours since ``version`` of a table was committed (its log file's time; 0 when that file is gone)."""
-    commit = os.path.join(table_path, "_delta_log", f"{version:020d}.json")
+    commit = commit_path(table_path, version)
     try:
         return max(0.0, (time.time() - os.stat(commit).st_mtime) / 3600)
     except FileNotFoundError:
