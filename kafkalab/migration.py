@@ -93,6 +93,11 @@ STALE_IMAGE_LOG = "which does not contain a superset of the metadata in ZK"
 """The driver's server.log line when it has claimed ZooKeeper but its log is behind the offset ``/migration`` holds:
 it skipped the load (the offset says it was done) and waits in SYNC_KRAFT_TO_ZK (KAFKA-17146)."""
 CONTROLLER_ZNODE = "/controller"
+UPDATE_METADATA_FROM = "in response to UpdateMetadata request sent by controller {controller} epoch"
+"""A broker's state-change.log line when it has cached an UpdateMetadata from `controller`: after it, the broker
+names that controller (a migrating broker still caching the KRaft controller waits, at its controlled shutdown, up
+to five minutes for that controller's approval; its Metadata answer names a random live broker then, so it cannot
+tell the two apart)."""
 STARTED_LOG = "Kafka Server started"
 SETTLE_S = 2.0
 """Before the collectors stop: a txnlog / log collector polls every 0.2 s, kraft commits at most every second."""
@@ -506,6 +511,7 @@ class MigrationLab:
         from kazoo.exceptions import NoNodeError
 
         with self.step("zk-controller"):
+            marks = {bid: self._state_change_size(bid) for bid in self.cluster.brokers}
             with self.kazoo() as zk, contextlib.suppress(NoNodeError):
                 zk.delete(CONTROLLER_ZNODE, recursive=True)
             elected: list[int] = []
@@ -518,7 +524,7 @@ class MigrationLab:
                 return elected[-1] in self.cluster.brokers
 
             self.cluster.wait_for(zk_broker_leads, "a ZooKeeper broker to be elected controller", self.wait_s)
-            self.wait_controller_known(elected[-1])
+            self.wait_controller_known(elected[-1], marks)
             self.wait_healthy()
             self._say(f"broker {elected[-1]} elected controller in ZooKeeper")
             return elected[-1]
@@ -698,23 +704,29 @@ class MigrationLab:
             time.sleep(0.3)
         raise UserError(f"timed out waiting for {what}; last view: {self.view()}")
 
-    def wait_controller_known(self, controller: int) -> None:
-        """Until every broker names `controller` in its Metadata answer (the new controller's UpdateMetadata
-        reached it): a broker in migration mode that still names the KRaft controller waits, at its controlled
-        shutdown, up to five minutes for that controller's approval."""
-        brokers = sorted(self.cluster.brokers)
-        deadline = time.monotonic() + self.wait_s
-        while time.monotonic() < deadline:
-            recorder = GroundTruthRecorder(self.running_bootstrap(), brokers)
-            try:
-                sample = recorder.sample_once()
-            finally:
-                recorder.stop()
-            if (sample is not None and sample.controller_agreed and sample.controller_id == controller
-                    and list(sample.brokers) == brokers):
-                return
-            time.sleep(0.3)
-        raise UserError(f"timed out waiting for every broker to name controller {controller}")
+    def wait_controller_known(self, controller: int, marks: dict[int, int]) -> None:
+        """Until every broker's state-change.log, after its byte offset in `marks`, shows an UpdateMetadata from
+        `controller` (`UPDATE_METADATA_FROM`)."""
+        line = UPDATE_METADATA_FROM.format(controller=controller)
+
+        def every_broker_cached_it() -> bool:
+            return all(line in self._state_change_log(bid, since) for bid, since in marks.items())
+
+        self.cluster.wait_for(every_broker_cached_it, f"every broker to name controller {controller}", self.wait_s)
+
+    def _state_change_size(self, broker_id: int) -> int:
+        try:
+            return (self.cluster.brokers[broker_id].log_dir / "state-change.log").stat().st_size
+        except OSError:
+            return 0
+
+    def _state_change_log(self, broker_id: int, since: int) -> str:
+        try:
+            with (self.cluster.brokers[broker_id].log_dir / "state-change.log").open("rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def wait_healthy(self) -> None:
         """Every partition led, its ISR full, as every running broker reports it."""
