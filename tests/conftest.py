@@ -209,10 +209,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    # hand out files in collection order (`costliest_files_first`); xdist's default re-sorts them by test count,
-    # which started the one-test files that take minutes last
-    config.option.loadscopereorder = False
-
     class SharedFixtureScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = str(super()._split_scope(nodeid))

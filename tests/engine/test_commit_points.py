@@ -30,8 +30,6 @@ from lakehouse.lake import CRASH_ENV
 from tests.conftest import assert_same_tables
 from tests.history import clean_history, decision
 
-pytestmark = pytest.mark.usefixtures("takes_minutes")  # a killed process per case: the file runs for minutes
-
 # The boundaries: after the anomalies, after any table of the side-by-side group, after partition_state. By
 # default a group table stands for every boundary before the last, and the last (every table holds the batch, the
 # checkpoint does not) is the killed rebuild's, finished by a monitor (a real process per case costs a minute on
