@@ -41,6 +41,13 @@ def test_submitted_check_equals_local_run(standalone: str, spark: Any, lake: Any
     assert ("anomalies", "in_set(kind)", False) in {k[:3] for k in remote}
 
 
+def _failure(output: str) -> str:
+    """A failed job's output for the assertion: its first exception lines (the cause; a JVM stack can be longer
+    than the tail shown) and its last 2,000 characters."""
+    causes = [line for line in output.splitlines() if "Exception" in line or "Error:" in line][:5]
+    return "\n".join(causes) + "\n...\n" + output[-2000:]
+
+
 def test_submitted_rebuild_equals_local_run(standalone: str, lake: Any, tmp_path: Path) -> None:
     """jobs/rebuild.py on the standalone cluster (decode and fold on the executors, 4 buckets from its --conf)
     writes the same derived tables as the same steps run in this process (32 buckets)."""
@@ -66,7 +73,7 @@ def test_submitted_rebuild_equals_local_run(standalone: str, lake: Any, tmp_path
     argv = [*submit_command(standalone, tmp_path), str(ROOT / "jobs" / "rebuild.py"),
             "--conf", str(conf), "--lake", remote.root, "--cluster", remote.cluster]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=spark_env(), cwd=tmp_path)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0, _failure(done.stdout + done.stderr)
 
     assert remote.row_count("partition_transitions") > 0
     assert_same_tables(remote, lake)
