@@ -103,6 +103,24 @@ SETTLE_S = 2.0
 """Before the collectors stop: a txnlog / log collector polls every 0.2 s, kraft commits at most every second."""
 
 
+def log_size(path: Path) -> int:
+    """Where a log file ends now (0 before it exists), to read only what is logged after."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def log_since(path: Path, since: int) -> str:
+    """A log file's text from byte offset `since` ("" before it exists)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(since)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class BrokerMode(StrEnum):
     """How a broker of the migrating cluster is configured."""
 
@@ -167,10 +185,7 @@ class MigrationControllers(KRaftCluster):
 
     def server_log_size(self, node_id: int) -> int:
         """Where the node's server.log ends now, to read only what it logs after (the file is appended to)."""
-        try:
-            return (self.nodes[node_id].log_dir / "server.log").stat().st_size
-        except OSError:
-            return 0
+        return log_size(self.nodes[node_id].log_dir / "server.log")
 
     def wait_logged(self, text: str, what: str, node_ids: list[int] | None = None, since: int | dict[int, int] = 0,
                     timeout_s: float | None = None) -> int:
@@ -193,12 +208,7 @@ class MigrationControllers(KRaftCluster):
 
     def server_log(self, node_id: int, since: int = 0) -> str:
         """The node's server.log from byte offset `since`."""
-        try:
-            with (self.nodes[node_id].log_dir / "server.log").open("rb") as f:
-                f.seek(since)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return log_since(self.nodes[node_id].log_dir / "server.log", since)
 
     def _write_config(self, node: Node) -> Path:
         node.home.mkdir(parents=True, exist_ok=True)
@@ -511,7 +521,7 @@ class MigrationLab:
         from kazoo.exceptions import NoNodeError
 
         with self.step("zk-controller"):
-            marks = {bid: self._state_change_size(bid) for bid in self.cluster.brokers}
+            marks = {bid: log_size(self._state_change_log(bid)) for bid in self.cluster.brokers}
             with self.kazoo() as zk, contextlib.suppress(NoNodeError):
                 zk.delete(CONTROLLER_ZNODE, recursive=True)
             elected: list[int] = []
@@ -710,23 +720,12 @@ class MigrationLab:
         line = UPDATE_METADATA_FROM.format(controller=controller)
 
         def every_broker_cached_it() -> bool:
-            return all(line in self._state_change_log(bid, since) for bid, since in marks.items())
+            return all(line in log_since(self._state_change_log(bid), since) for bid, since in marks.items())
 
         self.cluster.wait_for(every_broker_cached_it, f"every broker to name controller {controller}", self.wait_s)
 
-    def _state_change_size(self, broker_id: int) -> int:
-        try:
-            return (self.cluster.brokers[broker_id].log_dir / "state-change.log").stat().st_size
-        except OSError:
-            return 0
-
-    def _state_change_log(self, broker_id: int, since: int) -> str:
-        try:
-            with (self.cluster.brokers[broker_id].log_dir / "state-change.log").open("rb") as f:
-                f.seek(since)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+    def _state_change_log(self, broker_id: int) -> Path:
+        return self.cluster.brokers[broker_id].log_dir / "state-change.log"
 
     def wait_healthy(self) -> None:
         """Every partition led, its ISR full, as every running broker reports it."""

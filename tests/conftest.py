@@ -186,8 +186,8 @@ FIXTURE_COST: dict[str, int] = {
 
 def costliest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """The items with their files in the order of their cost, costliest first, each file's own order kept.
-    pytest-xdist (`--dist loadfile`) re-sorts files by their number of tests and keeps this order among equals;
-    handing out every costly file first started four at once on two cores, which slowed them past their limits."""
+    pytest-xdist (`--dist loadfile`) hands out files by their number of tests, most first, and in this order among
+    equals."""
     cost: dict[str, tuple[int, int]] = {}
     for item in items:
         top = max((FIXTURE_COST.get(n, 0) for n in getattr(item, "fixturenames", ())), default=0)
