@@ -277,10 +277,18 @@ class KRaftCluster:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def start(self) -> KRaftCluster:
+        return self.launch().wait_started()
+
+    def launch(self) -> KRaftCluster:
+        """Format every node and start its process without waiting for it (`wait_started` waits)."""
         for nid in self.nodes:
             self.format_node(nid)
         for nid in self.nodes:
             self.start_node(nid, wait=False)
+        return self
+
+    def wait_started(self) -> KRaftCluster:
+        """Until the quorum has a leader and every launched node has joined."""
         self.wait_quorum_leader()
         for nid in self.nodes:
             self.wait_node(nid)

@@ -244,11 +244,20 @@ def retention(tmp_path_factory: pytest.TempPathFactory, starts_kraft: None,
     points: list[Point] = []
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    with KRaftCluster(tmp / "cluster", overrides=OPTIONS) as cluster:
-        timings["cluster up"] = time.monotonic() - t0
+    cluster = KRaftCluster(tmp / "cluster", overrides=OPTIONS)
+    try:
+        cluster.launch()
+        # Kafka's raft client cleans the log a minute after it starts, then every minute: the collector starts
+        # as soon as the node's log exists, not once the cluster is up, or a loaded machine's slow start-up
+        # lets the first cleaning delete the bootstrap segment before the collector has read it
         log_dir = cluster.metadata_log_dir(NODE)
+        cluster.wait_for(log_dir.is_dir, f"node {NODE}'s metadata log", cluster.start_timeout_s)
         collector = _start(lake, "collect", "kraft", "--dir", str(log_dir), "--follow")
+        timings["collector started"] = time.monotonic() - t0
         try:
+            cluster.wait_started()
+            timings["cluster up"] = time.monotonic() - t0
+
             def record(step: str, expected: dict[str, int], admin: Any) -> None:
                 view = node_view(admin, expected)
                 leader = cluster.quorum_leader()
@@ -279,6 +288,8 @@ def retention(tmp_path_factory: pytest.TempPathFactory, starts_kraft: None,
         shutil.copytree(log_dir, copy, ignore=shutil.ignore_patterns("*.deleted", "*.part", "*.index",
                                                                      "*.timeindex", "*.snapshot"))
         copy_collect = _start(copy_lake, "collect", "kraft", "--dir", str(copy))
+    finally:
+        cluster.stop()
     timings["cluster stopped"] = time.monotonic() - t0
     # the pipeline's steps in this process (engine.local_run), as the Spark query composes them for `rebuild`
     # (tests/e2e/test_kraft_history.py holds the two equal on a KRaft history with snapshots)
