@@ -202,17 +202,35 @@ SHARED_WORK_UNITS: dict[str, str] = {
 }
 
 
+# files handed out before all others: each is a long test alone in its file, which xdist's order (fewest tests
+# last) would start near the end, to run on after every other file has finished
+FIRST_FILES: dict[str, str] = {
+    "tests/jobs/test_spark_submit_monitor.py": "one test of four to five minutes on a standalone Spark cluster",
+}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadfile`, except that the files of a ``SHARED_WORK_UNITS`` folder go to one worker together, so
-    their session fixture is built once in the run, not once in each worker that takes one of them."""
+    their session fixture is built once in the run, not once in each worker that takes one of them; and the
+    ``FIRST_FILES`` go out first."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class SharedFixtureScheduling(LoadFileScheduling):
+        first_moved = False
+
         def _split_scope(self, nodeid: str) -> str:
             path = str(super()._split_scope(nodeid))
             return next((folder for folder in SHARED_WORK_UNITS if path.startswith(folder)), path)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.first_moved:  # the queue is complete and in xdist's order when the first unit goes out
+                for scope in reversed(list(FIRST_FILES)):
+                    if scope in self.workqueue:
+                        self.workqueue.move_to_end(scope, last=False)
+                self.first_moved = True
+            super()._assign_work_unit(node)
 
     return SharedFixtureScheduling(config, log)
 
