@@ -7,7 +7,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from engine.stateful import DEFAULT_BUCKETS, finish_stateful_query, start_stateful_query, stateful_checkpoint
+from engine.stateful import (
+    DEFAULT_BUCKETS,
+    finish_stateful_query,
+    run_stateful_query,
+    start_stateful_query,
+    stateful_checkpoint,
+)
 from pipelines.detectors import DEFAULT_OFFLINE_BLIP
 
 if TYPE_CHECKING:
@@ -45,7 +51,6 @@ def stop_monitor(query: StreamingQuery) -> None:
 def drain_monitor(spark: SparkSession, lake: Lake, checkpoint: str | None = None, **options: Any) -> int:
     """``monitor --available-now``: every bronze commit present now (a replayed unfinished batch first), then
     stop. Returns the number of micro-batches that had input rows."""
-    query = start_monitor(spark, lake, checkpoint, available_now=True, **options)
-    query.awaitTermination()
+    query = run_stateful_query(lambda: start_monitor(spark, lake, checkpoint, available_now=True, **options))
     finish_stateful_query(query)
     return sum(1 for progress in query.recentProgress if progress.get("numInputRows", 0) > 0)

@@ -11,6 +11,7 @@ from engine.stateful import (
     DEFAULT_BUCKETS,
     checkpoint_writer,
     finish_stateful_query,
+    run_stateful_query,
     start_stateful_query,
     stateful_checkpoint,
 )
@@ -40,9 +41,9 @@ def rebuild(spark: SparkSession, lake: Lake, checkpoint: str | None = None, *, b
     checkpoint = checkpoint or stateful_checkpoint(None, lake.root)
     shutil.rmtree(checkpoint, ignore_errors=True)
     reset_derived(lake, checkpoint_writer(checkpoint))
-    query = start_stateful_query(spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version,
-                                 available_now=True, max_files_per_trigger=max_files_per_trigger,
-                                 max_bytes_per_trigger=max_bytes_per_trigger, offline_blip=offline_blip)
-    query.awaitTermination()
+    query = run_stateful_query(lambda: start_stateful_query(
+        spark, lake, checkpoint, buckets=buckets, kafka_version=kafka_version, available_now=True,
+        max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger,
+        offline_blip=offline_blip))
     finish_stateful_query(query)
     return derived_counts(lake)

@@ -233,6 +233,35 @@ def finish_stateful_query(query: StreamingQuery) -> None:
         sink.close()
 
 
+SPAWN_TIMED_OUT = "Python worker failed to connect back"
+"""Spark gives a Python process it starts on the driver a fixed 10 s to connect back. The stateful operator
+starts one in the first micro-batch of each run of the query (the processor's state schema); a loaded machine
+can miss the window, and the run ends before it has read or written anything."""
+SPAWN_ATTEMPTS = 3
+
+
+def run_stateful_query(start: Callable[[], StreamingQuery],
+                       wait: Callable[[StreamingQuery], object] = StreamingQuery.awaitTermination) -> StreamingQuery:
+    """``start`` the query and ``wait`` on it; a run that ended with ``SPAWN_TIMED_OUT`` before its first
+    micro-batch starts again from its checkpoint, as a restart after a crash would (at most ``SPAWN_ATTEMPTS``
+    runs). Returns the last run's query; any other failure is raised."""
+    from pyspark.errors import StreamingQueryException
+
+    attempt = 1
+    while True:
+        query = start()
+        try:
+            wait(query)
+            return query
+        except StreamingQueryException as exc:
+            if attempt == SPAWN_ATTEMPTS or SPAWN_TIMED_OUT not in str(exc) or query.recentProgress:
+                raise
+            finish_stateful_query(query)
+            log.warning("the query's first micro-batch timed out starting a Python process on the driver; "
+                        "starting it again from its checkpoint (%d of %d)", attempt + 1, SPAWN_ATTEMPTS)
+            attempt += 1
+
+
 class ProgressLog(StreamingQueryListener):
     """Each micro-batch as one INFO line: rows in, and where its time went (Spark's own phases)."""
 

@@ -228,6 +228,14 @@ def wait_deleted(cluster: KRaftCluster, log_dir: Path, offset: int, timeout_s: f
     cluster.wait_for(gone, f"node {NODE} to delete the segment holding offset {offset}", timeout_s)
 
 
+def quorum_settled(cluster: KRaftCluster) -> bool:
+    """Every controller's quorum-state names the same leader and epoch."""
+    states = [cluster.quorum_state(n) for n in cluster.controller_ids]
+    if any(s is None or int(s.get("leaderId", -1)) < 0 for s in states):
+        return False
+    return len({(int(s["leaderId"]), int(s["leaderEpoch"])) for s in states if s is not None}) == 1
+
+
 def lake_end(lake: Lake) -> int:
     if not lake.exists("kraft_records"):
         return -1
@@ -248,10 +256,13 @@ def retention(tmp_path_factory: pytest.TempPathFactory, starts_kraft: None,
     try:
         cluster.launch()
         # Kafka's raft client cleans the log a minute after it starts, then every minute: the collector starts
-        # as soon as the node's log exists, not once the cluster is up, or a loaded machine's slow start-up
-        # lets the first cleaning delete the bootstrap segment before the collector has read it
+        # once the quorum has settled on a leader, not once the brokers are up too, or a loaded machine's slow
+        # start-up lets the first cleaning delete the bootstrap segment before the collector has read it. Not
+        # before the quorum settles: a leader voted out before its epoch's first record was committed leaves
+        # a tail that the next leader's log replaces at the same offsets.
         log_dir = cluster.metadata_log_dir(NODE)
-        cluster.wait_for(log_dir.is_dir, f"node {NODE}'s metadata log", cluster.start_timeout_s)
+        cluster.wait_for(lambda: quorum_settled(cluster), "the controllers to agree on a leader",
+                         cluster.start_timeout_s)
         collector = _start(lake, "collect", "kraft", "--dir", str(log_dir), "--follow")
         timings["collector started"] = time.monotonic() - t0
         try:

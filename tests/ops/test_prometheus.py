@@ -140,8 +140,8 @@ class Stack:
 
     def alive(self) -> None:
         for name, proc in (("collector", self.collector), ("monitor", self.monitor)):
-            if name not in self.stopped and proc.poll() is not None:
-                _, err = proc.communicate()
+            if name not in self.stopped and proc.poll() is not None:  # its stderr went to <name>.log
+                err = (self.base / f"{name}.log").read_text(errors="replace")
                 raise AssertionError(f"the {name} exited with {proc.returncode}: {err[-3000:]}")
 
 

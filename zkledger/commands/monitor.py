@@ -63,40 +63,52 @@ def run(args: argparse.Namespace, ctx: Context) -> str:
         checkpoint = stateful_checkpoint(ctx.settings.streaming.checkpoint_root, ctx.lake_root)
         watch = None if metrics is None else LakeWatch(ctx.lake, metrics, table_commit_s,  # baseline: before the query
                                                        StagedFiles(checkpoint))
-        query = start_monitor(spark, ctx.lake, checkpoint,
-                              trigger_seconds=trigger, available_now=args.available_now,
-                              buckets=ctx.settings.pipeline.buckets, publish=publish, quality=quality,
-                              max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
-                              maintain_every_s=3600 * maintain_hours,
-                              offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms),
-                              table_commit_s=table_commit_s)
-        if watch is not None:
-            watch.listen(spark, query)
-        _until_stopped(query, alerter, watch)
+        runs: list[Any] = []  # the query's runs: another after a run that could not start its first micro-batch
+
+        def start() -> Any:
+            query = start_monitor(spark, ctx.lake, checkpoint,
+                                  trigger_seconds=trigger, available_now=args.available_now,
+                                  buckets=ctx.settings.pipeline.buckets, publish=publish, quality=quality,
+                                  max_files_per_trigger=ctx.settings.streaming.max_files_per_trigger,
+                                  maintain_every_s=3600 * maintain_hours,
+                                  offline_blip=timedelta(milliseconds=ctx.settings.pipeline.offline_blip_ms),
+                                  table_commit_s=table_commit_s)
+            if watch is not None:
+                watch.listen(spark, query)
+            runs.append(query)
+            return query
+
+        _until_stopped(start, runs, alerter, watch)
     if args.available_now:
         return f"monitor caught up and stopped: {alerter.count} anomalies published"
     return f"monitor stopped: {alerter.count} anomalies published"
 
 
-def _until_stopped(query: Any, alerter: Any, watch: LakeWatch | None = None) -> None:
-    """Wait for the streaming query (Ctrl-C stops it), commit what it staged, then let the alerter deliver what
-    it holds. With metrics, the wait turns every second: the loop /healthz watches, and the lake read after each
-    micro-batch."""
+def _until_stopped(start: Callable[[], Any], runs: list[Any], alerter: Any, watch: LakeWatch | None = None) -> None:
+    """Start the streaming query and wait for it (Ctrl-C stops it; `run_stateful_query` starts it again if its
+    first micro-batch could not start), commit what it staged, then let the alerter deliver what it holds. With
+    metrics, the wait turns every second: the loop /healthz watches, and the lake read after each micro-batch.
+    ``runs``: the runs ``start`` made, the last one current."""
     from engine.monitor import stop_monitor
+    from engine.stateful import run_stateful_query
+
+    def wait(query: Any) -> None:
+        if watch is None:
+            query.awaitTermination()
+            return
+        while not query.awaitTermination(1):
+            watch.turn(query)
+        watch.turn(query)
 
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop ends it as Ctrl-C does
     try:
-        if watch is None:
-            query.awaitTermination()
-        else:
-            while not query.awaitTermination(1):
-                watch.turn(query)
-            watch.turn(query)
+        run_stateful_query(start, wait)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        stop_monitor(query)  # commits what the last micro-batches staged
+        if runs:
+            stop_monitor(runs[-1])  # commits what the last micro-batches staged
         alerter.close()
 
 
@@ -138,14 +150,18 @@ class LakeWatch:
         self.changed = threading.Event()
         self.look_again_at: float | None = None
         self.query_id: str | None = None
+        self.listening = False
         self._read(count=False)
 
     def listen(self, spark: Any, query: Any) -> None:
         from pyspark.sql.streaming.listener import StreamingQueryListener
 
         watch = self
-        self.query_id = str(query.id)
+        self.query_id = str(query.id)  # a run started again from the checkpoint keeps the query's id
         self.metrics.source_connected(bool(query.isActive))
+        if self.listening:
+            return
+        self.listening = True
 
         class Listener(StreamingQueryListener):
             def onQueryStarted(self, event: Any) -> None:
