@@ -121,6 +121,16 @@ def log_since(path: Path, since: int) -> str:
         return ""
 
 
+def warnings_since(logs: dict[int, tuple[Path, int]], per_log: int = 5) -> str:
+    """The last WARN and ERROR lines of each node's log after its byte offset: node id -> (log, offset). What a
+    failed wait leaves to explain it, since a lab's directory goes with the lab."""
+    said = []
+    for node, (path, since) in logs.items():
+        lines = [line for line in log_since(path, since).splitlines() if " WARN " in line or " ERROR " in line]
+        said.append(f"{node}: " + (" | ".join(lines[-per_log:]) or "none"))
+    return "; ".join(said)
+
+
 class BrokerMode(StrEnum):
     """How a broker of the migrating cluster is configured."""
 
@@ -707,12 +717,18 @@ class MigrationLab:
         return sample.partitions if sample is not None else {}
 
     def wait_until(self, check: Callable[[dict[tuple[str, int], PartitionView]], bool], what: str) -> None:
+        marks = {bid: log_size(self._server_log(bid)) for bid in self.cluster.brokers}
         deadline = time.monotonic() + self.wait_s
         while time.monotonic() < deadline:
             if check(self.view()):
                 return
             time.sleep(0.3)
-        raise UserError(f"timed out waiting for {what}; last view: {self.view()}")
+        raise UserError(f"timed out waiting for {what}; last view: {self.view()}; "
+                        f"the brokers' warnings meanwhile: "
+                        f"{warnings_since({bid: (self._server_log(bid), at) for bid, at in marks.items()})}")
+
+    def _server_log(self, broker_id: int) -> Path:
+        return self.cluster.brokers[broker_id].log_dir / "server.log"
 
     def wait_controller_known(self, controller: int, marks: dict[int, int]) -> None:
         """Until every broker's state-change.log, after its byte offset in `marks`, shows an UpdateMetadata from
