@@ -9,6 +9,10 @@ offsets). When the missing records were deleted with their segments and a snapsh
 the snapshot's records are stored (``source`` snapshot, under a writer id of their own whose ``batch_seq`` is
 the next snapshot offset) before the gap row that names it.
 
+A follower checks at every poll that the last batch it read is unchanged (base offset, leader epoch). Raft
+may truncate a node's uncommitted tail and write the new leader's records at those offsets: each such batch at
+offsets already stored is quarantined whole, with both epochs; the rows stored stay (docs/kraft.md).
+
 What cannot be read goes to ``quarantine`` (source ``kraft``): a malformed batch (CRC mismatch, bad lengths)
 with its bytes and position, and a record whose payload does not decode, which also lands raw in
 ``kraft_records`` with a null ``record_type``. Quarantine rows are written before the log rows they belong to;
@@ -61,6 +65,10 @@ SEGMENT, SNAPSHOT, GAP = KraftRecordSource.SEGMENT, KraftRecordSource.SNAPSHOT, 
 SOURCE = "kraft"  # the quarantine rows' source column, and the metrics' source label
 QUARANTINE_SOURCE = SOURCE
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable batch, kept (hex) in its quarantine row
+
+REMEMBERED_BATCHES = 4096
+"""Batches of a segment whose offsets and leader epoch a follower keeps in memory: Raft rewrites only a log's
+uncommitted tail, and these tell a rewritten batch from one stored before."""
 
 LIVE_TAIL_GRACE_S = 2.0
 """How long a malformed batch at the end of the newest segment may stay so before it counts as damage: Kafka
@@ -189,6 +197,25 @@ class _Cursor:
     suspect: int | None = None  # position of a malformed batch at the newest segment's end, not yet damage
     suspect_since: float = 0.0
     damage: str = ""  # what the last unreadable stretch was, for the gap row that follows it
+    # first offset stored -> (last offset, leader epoch) of the batches taken from the file, oldest first
+    stored: dict[int, tuple[int, int]] = field(default_factory=dict)
+    anchor: tuple[int, int, int] | None = None  # (base offset, leader epoch, byte position) of the last batch read
+    rewrites: set[tuple[int, int]] = field(default_factory=set)  # (base offset, epoch) of rewritten batches seen
+
+    def remember(self, first: int, batch: RecordBatch) -> None:
+        """Offsets `first` .. the batch's last were stored from it."""
+        self.stored[first] = (batch.last_offset, batch.partition_leader_epoch)
+        if len(self.stored) > REMEMBERED_BATCHES:
+            del self.stored[next(iter(self.stored))]
+
+    def epoch_stored(self, first: int, last: int) -> int | None:
+        """The leader epoch of a remembered batch stored at offsets between `first` and `last` (None: none)."""
+        if not self.stored or last < next(iter(self.stored)):
+            return None  # below what is remembered (stored before this process, or long ago)
+        for base, (end, epoch) in self.stored.items():
+            if base <= last and end >= first:
+                return epoch
+        return None
 
     def damage_confirmed(self, position: int) -> bool:
         now = time.monotonic()
@@ -241,6 +268,7 @@ class KraftCollector:
         self.cursors: dict[Path, _Cursor] = {}
         self.snapshot_records = 0
         self.gaps = 0
+        self.rewritten = 0  # batches Kafka rewrote at offsets already collected
         self.stopped: list[str] = []
         self._quarantined_ids: set[str] = set()
         self._last_commit = 0.0
@@ -274,6 +302,7 @@ class KraftCollector:
             "snapshot_records": self.snapshot_records,
             "gaps": self.gaps,
             "quarantined": self.quarantine.rows_written,
+            "rewritten": self.rewritten,
             "next_offset": self.next_offset,
             "unreadable": list(self.stopped),
         }
@@ -369,13 +398,15 @@ class KraftCollector:
         if cursor.stuck:
             return
         try:
-            size = path.stat().st_size
+            path.stat()
+            unchanged = self._tail_unchanged(path, cursor)
         except FileNotFoundError:
             if stream.source == SNAPSHOT:
                 raise
             return  # deleted since it was listed (the next poll sees the gap if it was not read)
-        if size < cursor.position:  # a follower cut a diverged tail: read it again (stored offsets are skipped)
-            log.warning("kraft %s: %s shrank to %d bytes; reading it again", self.log_dir.path, path.name, size)
+        if not unchanged:  # a follower cut a diverged tail and took the leader's
+            log.warning("kraft %s: %s changed under its last collected batch (Raft truncated a diverged tail); "
+                        "reading it again", self.log_dir.path, path.name)
             cursor.position = 0
         while True:
             scan = read_batches(path, cursor.position)
@@ -412,6 +443,19 @@ class KraftCollector:
             cursor.stuck = True
 
     @staticmethod
+    def _tail_unchanged(path: Path, cursor: _Cursor) -> bool:
+        """Whether the last batch read from the file is still where it was, with its base offset and leader
+        epoch: by Raft's log matching, then so is everything before it."""
+        if cursor.anchor is None:
+            return True
+        base, epoch, position = cursor.anchor
+        with open(path, "rb") as f:
+            f.seek(position)
+            head = f.read(16)
+        return len(head) == 16 and int.from_bytes(head[:8], "big", signed=True) == base \
+            and int.from_bytes(head[12:16], "big", signed=True) == epoch
+
+    @staticmethod
     def _size(path: Path) -> int:
         try:
             return path.stat().st_size
@@ -433,6 +477,10 @@ class KraftCollector:
         return end if length > 0 and end <= size else None
 
     def _take(self, stream: _Stream, path: Path, batch: RecordBatch, cursor: _Cursor) -> None:
+        if stream.source == SEGMENT:
+            cursor.anchor = (batch.base_offset, batch.partition_leader_epoch, batch.position)
+            if batch.base_offset < stream.next_offset:
+                self._check_rewritten(stream, path, batch, cursor)
         if batch.last_offset < stream.next_offset:
             return  # stored by an earlier run
         if batch.base_offset > stream.next_offset and stream.source == SEGMENT:
@@ -464,9 +512,33 @@ class KraftCollector:
                 (batch.base_offset, batch.last_offset, batch.partition_leader_epoch, stamp, batch.is_control,
                  stream.source, stream.snapshot, path.name, _now_micros()),
                 offsets, keys, values, names, versions, details)
+        if stream.source == SEGMENT:
+            cursor.remember(max(batch.base_offset, stream.next_offset), batch)
         stream.next_offset = batch.last_offset + 1
         if len(stream.pending) >= self.batch_size:
             self._flush(stream)
+
+    def _check_rewritten(self, stream: _Stream, path: Path, batch: RecordBatch, cursor: _Cursor) -> None:
+        """A batch at offsets already stored, under another leader epoch than the batch stored there: Raft
+        truncated what was collected (records a leader appended and never committed) and the log now holds the
+        new leader's. kraft_records keeps the truncated records; the batch that replaced them is quarantined
+        whole, with why, so it is not lost and the divergence is on record."""
+        last = min(batch.last_offset, stream.next_offset - 1)
+        collected = cursor.epoch_stored(batch.base_offset, last)
+        seen = (batch.base_offset, batch.partition_leader_epoch)
+        if collected is None or collected == batch.partition_leader_epoch or seen in cursor.rewrites:
+            return
+        cursor.rewrites.add(seen)
+        with open(path, "rb") as f:
+            f.seek(batch.position)
+            raw = f.read(min(batch.size, QUARANTINE_RAW_BYTES))
+        reason = (f"{path.name}: offsets {batch.base_offset}..{last} rewritten at leader epoch "
+                  f"{batch.partition_leader_epoch} after they were collected at epoch {collected} (Raft truncated "
+                  f"a diverged tail); kraft_records holds the truncated records, this batch is the log's now")
+        self._quarantine_row(stream, raw.hex(), reason,
+                             f"{path.resolve()}:{batch.position}@{batch.partition_leader_epoch}")
+        self.rewritten += 1
+        log.warning("kraft %s: %s", self.log_dir.path, reason)
 
     # ----------------------------------------------------------------- quarantine and commits
     def _quarantine_bytes(self, stream: _Stream, path: Path, position: int, end: int | None, reason: str) -> None:

@@ -187,6 +187,42 @@ def test_follow_takes_appended_batches_and_a_torn_tail_only_once_it_is_whole(lak
     assert collector.summary()["records"] == 4 and collector.summary()["gaps"] == 0
 
 
+def test_a_tail_raft_rewrote_after_it_was_collected_is_reported_and_its_replacement_quarantined(
+        lake: Lake, tmp_path: Path) -> None:
+    """The node followed led epoch 1 and appended two batches it never committed; the collector took them. Raft
+    then truncated them and the node took epoch 2's leader's log at those offsets: each batch of it at a
+    collected offset is quarantined once, whole and with both epochs, and the log goes on from there."""
+    log = MetadataLog.create(tmp_path / "metadata")
+    log.leader_change(1)  # offset 0, committed
+    committed = log.active.stat().st_size
+    log.topics("a", "b")  # offsets 1-2 at epoch 1, never committed
+    log.topics("c")  # offset 3
+    collector = KraftCollector(lake, log.path, follow=True, flush_seconds=0.0)
+    try:
+        collector.poll_once()
+        assert segment_types(lake) == {0: "LEADER_CHANGE", 1: "TOPIC_RECORD", 2: "TOPIC_RECORD", 3: "TOPIC_RECORD"}
+        os.truncate(log.active, committed)  # the follower truncates to where the logs agree ...
+        log.next_offset = 1
+        leader = log.leader_change(2, epoch=2)  # ... and appends the new leader's batches: offset 1
+        log.topics("d", "e", epoch=2)  # offsets 2-3, both collected before at epoch 1
+        log.topics("f", epoch=2)  # offset 4, new
+        collector.poll_once()
+        collector.poll_once()
+    finally:
+        collector.close()
+    types = segment_types(lake)  # each offset stored once: the truncated records, then the log goes on
+    assert sorted(types) == [0, 1, 2, 3, 4]
+    assert [r["leader_epoch"] for r in sorted(records(lake, source="segment"), key=lambda r: r["offset"])] == \
+        [1, 1, 1, 1, 2]
+    rows = sorted(quarantined(lake), key=lambda r: r["reason"])
+    assert [r["reason"].split(" (")[0] for r in rows] == [
+        "00000000000000000000.log: offsets 1..1 rewritten at leader epoch 2 after they were collected at epoch 1",
+        "00000000000000000000.log: offsets 2..3 rewritten at leader epoch 2 after they were collected at epoch 1",
+    ]
+    assert rows[0]["raw"] == leader.hex()  # the whole batch that replaced them
+    assert collector.summary()["rewritten"] == 2 and collector.summary()["records"] == 5
+
+
 # ------------------------------------------------------------------------------------------------ the CLI
 def test_cli_help_and_one_line_errors(lake: Lake, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
