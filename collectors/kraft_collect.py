@@ -11,7 +11,8 @@ the next snapshot offset) before the gap row that names it.
 
 A follower checks at every poll that the last batch it read is unchanged (base offset, leader epoch). Raft
 may truncate a node's uncommitted tail and write the new leader's records at those offsets: each such batch at
-offsets already stored is quarantined whole, with both epochs; the rows stored stay (docs/kraft.md).
+offsets already stored is quarantined whole, with both epochs; the rows stored stay (docs/kraft.md). A run
+that starts checks against the last batches an earlier run stored.
 
 What cannot be read goes to ``quarantine`` (source ``kraft``): a malformed batch (CRC mismatch, bad lengths)
 with its bytes and position, and a record whose payload does not decode, which also lands raw in
@@ -208,14 +209,17 @@ class _Cursor:
         if len(self.stored) > REMEMBERED_BATCHES:
             del self.stored[next(iter(self.stored))]
 
-    def epoch_stored(self, first: int, last: int) -> int | None:
-        """The leader epoch of a remembered batch stored at offsets between `first` and `last` (None: none)."""
+    def stored_otherwise(self, first: int, last: int, epoch: int) -> tuple[str, int, int] | None:
+        """(epochs, first, last offset) of what remembered batches stored between `first` and `last` under
+        another leader epoch than `epoch` (None: nothing)."""
         if not self.stored or last < next(iter(self.stored)):
-            return None  # below what is remembered (stored before this process, or long ago)
-        for base, (end, epoch) in self.stored.items():
-            if base <= last and end >= first:
-                return epoch
-        return None
+            return None  # below what is remembered (stored long ago)
+        found = [(stored_epoch, max(base, first), min(end, last)) for base, (end, stored_epoch) in self.stored.items()
+                 if base <= last and end >= first and stored_epoch != epoch]
+        if not found:
+            return None
+        epochs = ", ".join(str(e) for e in sorted({e for e, _, _ in found}))
+        return epochs, min(f for _, f, _ in found), max(t for _, _, t in found)
 
     def damage_confirmed(self, position: int) -> bool:
         now = time.monotonic()
@@ -271,6 +275,7 @@ class KraftCollector:
         self.rewritten = 0  # batches Kafka rewrote at offsets already collected
         self.stopped: list[str] = []
         self._quarantined_ids: set[str] = set()
+        self._stored_tail: dict[int, tuple[int, int]] = {}  # what an earlier run stored last, for the first cursor
         self._last_commit = 0.0
 
     # ----------------------------------------------------------------- running
@@ -321,7 +326,9 @@ class KraftCollector:
             if segment.base_offset > stream.next_offset:
                 previous = segments[i - 1] if i > 0 else None
                 self._missing(stream, segment, previous)
-            cursor = self.cursors.setdefault(segment.path, _Cursor())
+            cursor = self.cursors.get(segment.path)
+            if cursor is None:
+                cursor = self.cursors[segment.path] = _Cursor(stored=dict(self._stored_tail))
             self._read_file(stream, segment.path, cursor, closed=following is not None)
         if not self.follow or time.monotonic() - self._last_commit >= self.flush_seconds:
             self._flush(stream)
@@ -332,7 +339,23 @@ class KraftCollector:
         last = self.lake.last_batch_seq(KRAFT_RECORDS.name, self.writer_id)
         self._quarantined_ids = self._stored_quarantine_ids()
         self.log = _Stream(self.writer_id, SEGMENT, None, 0 if last is None else last)
+        self._stored_tail = self._stored_batches(self.log.next_offset)
         return self.log
+
+    def _stored_batches(self, next_offset: int) -> dict[int, tuple[int, int]]:
+        """The batches an earlier run stored last (first offset -> (last offset, leader epoch)), so that a tail
+        Kafka rewrote while no collector ran is seen as well."""
+        if not next_offset or not self.lake.exists(KRAFT_RECORDS.name):
+            return {}
+        since = max(0, next_offset - REMEMBERED_BATCHES)
+        rows = self.lake.scan(KRAFT_RECORDS.name, columns=["offset", "batch_base_offset", "leader_epoch"],
+                              where=(pc.field("cluster") == self.lake.cluster) & (pc.field("source") == SEGMENT)
+                              & (pc.field("offset") >= since) & (pc.field("offset") < next_offset))
+        spans: dict[tuple[int, int], list[int]] = {}
+        for offset, base, epoch in zip(*(rows.column(c).to_pylist() for c in rows.column_names), strict=True):
+            span = spans.setdefault((base, epoch), [offset, offset])
+            span[0], span[1] = min(span[0], offset), max(span[1], offset)
+        return {first: (last, epoch) for (_, epoch), (first, last) in sorted(spans.items(), key=lambda kv: kv[1])}
 
     def _stored_quarantine_ids(self) -> set[str]:
         """Ids of the quarantine rows earlier runs on this directory wrote (a restart must not add them again)."""
@@ -523,20 +546,21 @@ class KraftCollector:
         truncated what was collected (records a leader appended and never committed) and the log now holds the
         new leader's. kraft_records keeps the truncated records; the batch that replaced them is quarantined
         whole, with why, so it is not lost and the divergence is on record."""
-        last = min(batch.last_offset, stream.next_offset - 1)
-        collected = cursor.epoch_stored(batch.base_offset, last)
-        seen = (batch.base_offset, batch.partition_leader_epoch)
-        if collected is None or collected == batch.partition_leader_epoch or seen in cursor.rewrites:
+        epoch = batch.partition_leader_epoch
+        found = cursor.stored_otherwise(batch.base_offset, min(batch.last_offset, stream.next_offset - 1), epoch)
+        if found is None or (batch.base_offset, epoch) in cursor.rewrites:
             return
-        cursor.rewrites.add(seen)
+        cursor.rewrites.add((batch.base_offset, epoch))
+        collected, first, last = found
         with open(path, "rb") as f:
             f.seek(batch.position)
             raw = f.read(min(batch.size, QUARANTINE_RAW_BYTES))
-        reason = (f"{path.name}: offsets {batch.base_offset}..{last} rewritten at leader epoch "
-                  f"{batch.partition_leader_epoch} after they were collected at epoch {collected} (Raft truncated "
+        reason = (f"{path.name}: offsets {first}..{last} rewritten at leader epoch "
+                  f"{epoch} after they were collected at epoch {collected} (Raft truncated "
                   f"a diverged tail); kraft_records holds the truncated records, this batch is the log's now")
-        self._quarantine_row(stream, raw.hex(), reason,
-                             f"{path.resolve()}:{batch.position}@{batch.partition_leader_epoch}")
+        if not self._quarantine_row(stream, raw.hex(), reason,
+                                    f"{path.resolve()}:{batch.position}@{epoch}"):
+            return  # reported by an earlier run
         self.rewritten += 1
         log.warning("kraft %s: %s", self.log_dir.path, reason)
 
@@ -552,14 +576,16 @@ class KraftCollector:
         log.warning("kraft %s: %s", self.log_dir.path, detail)
         self._flush(stream)  # the reader moves past it: record it now
 
-    def _quarantine_row(self, stream: _Stream, raw: str, reason: str, ref: str) -> None:
+    def _quarantine_row(self, stream: _Stream, raw: str, reason: str, ref: str) -> bool:
+        """Queue a quarantine row; False when an earlier run (or this one) wrote it already."""
         eid = event_id(self.lake.cluster, QUARANTINE_SOURCE, ref, reason)
         if eid in self._quarantined_ids:
-            return  # an earlier run wrote it (and crashed before the log rows it belongs to)
+            return False  # an earlier run wrote it (and crashed before the log rows it belongs to)
         self._quarantined_ids.add(eid)
         stream.pending_quarantine.append({"cluster": self.lake.cluster, "source": QUARANTINE_SOURCE, "raw": raw,
                                           "reason": reason, "observed_at": datetime.now(UTC), "ref": ref,
                                           "event_id": eid})
+        return True
 
     def _flush(self, stream: _Stream) -> None:
         """Commit the pending quarantine rows, then the pending records (``batch_seq`` = the next offset)."""

@@ -223,6 +223,26 @@ def test_a_tail_raft_rewrote_after_it_was_collected_is_reported_and_its_replacem
     assert collector.summary()["rewritten"] == 2 and collector.summary()["records"] == 5
 
 
+def test_a_tail_rewritten_while_no_collector_ran_is_reported_by_the_next_run(lake: Lake, tmp_path: Path) -> None:
+    log = MetadataLog.create(tmp_path / "metadata")
+    log.leader_change(1)
+    committed = log.active.stat().st_size
+    log.topics("a", "b")  # offsets 1-2 at epoch 1, never committed
+    KraftCollector(lake, log.path).run()
+    os.truncate(log.active, committed)
+    log.next_offset = 1
+    log.leader_change(2, epoch=2)  # offset 1
+    log.topics("c", "d", epoch=2)  # offsets 2-3
+    summary = KraftCollector(lake, log.path).run()
+    assert summary["rewritten"] == 2 and summary["records"] == 1  # offset 3 is new
+    assert sorted(segment_types(lake)) == [0, 1, 2, 3]
+    assert sorted(r["reason"].split(": ")[1].split(" (")[0] for r in quarantined(lake)) == [
+        "offsets 1..1 rewritten at leader epoch 2 after they were collected at epoch 1",
+        "offsets 2..2 rewritten at leader epoch 2 after they were collected at epoch 1",
+    ]
+    assert KraftCollector(lake, log.path).run()["rewritten"] == 0  # reported once: its rows are quarantined
+
+
 # ------------------------------------------------------------------------------------------------ the CLI
 def test_cli_help_and_one_line_errors(lake: Lake, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
