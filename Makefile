@@ -83,7 +83,15 @@ TEST_WORKERS ?= 4
 # JVMs and brokers on two cores that wait can run out. A test that fails with that error alone runs up to twice more,
 # 20 s later each time (the load that starved the worker has usually passed).
 SPARK_SPAWN_RERUN := --reruns 2 --reruns-delay 20 --only-rerun "Python worker failed to connect back"
-test: venv java jars browser prometheus lint
+# A class-data-sharing archive of the classes the tests' Spark drivers load (tests/spark_cds.py), built beside
+# lint: the suite's many short-lived Spark JVMs map them instead of loading and verifying them again. Without it
+# (a failed build warns) they run as before.
+SPARK_CDS := .jvm/spark-cds/driver.jsa
+$(SPARK_CDS): requirements.lock $(JVM_STAMPS)
+	$(PY) -m tests.spark_cds $@ || echo "warning: no class-data archive for the tests' Spark drivers; they run without it"
+
+test: venv java jars browser prometheus
+	$(MAKE) --no-print-directory -j2 lint $(SPARK_CDS)
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 \
 		$(SPARK_SPAWN_RERUN) tests
 

@@ -24,6 +24,7 @@ import pytest
 from conf.settings import Settings, load_settings
 from models.tables import DERIVED_TABLES
 from services.zookeeper import EmbeddedZooKeeper
+from tests.spark_cds import driver_opts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
 # seconds to minutes on small data: the JIT's optimising compiler (C2) costs such a JVM more CPU than it earns back.
 # With C1 alone a test of Spark queries spends about a third less CPU (tests/engine/test_rebuild.py: 71 against
 # 98 CPU-seconds, same wall time), which four workers on two cores get back as time. Kafka's and ZooKeeper's lab
-# JVMs set the same (kafkalab, services.zookeeper). A user's long-running driver keeps the JVM's default.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# JVMs set the same (kafkalab, services.zookeeper). A user's long-running driver keeps the JVM's default. When
+# `make test` built the class-data archive (tests/spark_cds.py), the drivers map their classes from it.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", driver_opts())
 
 # the session's ZooKeeper, so the failure hook below can attach its log
 _ZK: dict[str, EmbeddedZooKeeper] = {}
