@@ -99,6 +99,8 @@ names that controller (a migrating broker still caching the KRaft controller wai
 to five minutes for that controller's approval; its Metadata answer names a random live broker then, so it cannot
 tell the two apart)."""
 STARTED_LOG = "Kafka Server started"
+DRIVER_LOGGER = "org.apache.kafka.metadata.migration"
+"""The migration driver's logger: its lines name the driver's state and what it waits for."""
 SETTLE_S = 2.0
 """Before the collectors stop: a txnlog / log collector polls every 0.2 s, kraft commits at most every second."""
 
@@ -124,9 +126,14 @@ def log_since(path: Path, since: int) -> str:
 def warnings_since(logs: dict[int, tuple[Path, int]], per_log: int = 5) -> str:
     """The last WARN and ERROR lines of each node's log after its byte offset: node id -> (log, offset). What a
     failed wait leaves to explain it, since a lab's directory goes with the lab."""
+    return last_lines_since(logs, lambda line: " WARN " in line or " ERROR " in line, per_log)
+
+
+def last_lines_since(logs: dict[int, tuple[Path, int]], keep: Callable[[str], bool], per_log: int) -> str:
+    """The last `per_log` lines `keep` accepts of each node's log after its byte offset, one clause per node."""
     said = []
     for node, (path, since) in logs.items():
-        lines = [line for line in log_since(path, since).splitlines() if " WARN " in line or " ERROR " in line]
+        lines = [line for line in log_since(path, since).splitlines() if keep(line)]
         said.append(f"{node}: " + (" | ".join(lines[-per_log:]) or "none"))
     return "; ".join(said)
 
@@ -213,7 +220,14 @@ class MigrationControllers(KRaftCluster):
                     return True
             return False
 
-        self.wait_for(logged, what, timeout_s or self.start_timeout_s)
+        try:
+            self.wait_for(logged, what, timeout_s or self.start_timeout_s)
+        except UserError as timed_out:
+            logs = {nid: (self.nodes[nid].log_dir / "server.log",
+                          since.get(nid, 0) if isinstance(since, dict) else since) for nid in ids}
+            raise UserError(f"{timed_out}; the migration driver's last lines: "
+                            f"{last_lines_since(logs, lambda line: DRIVER_LOGGER in line, 4)}; "
+                            f"warnings: {warnings_since(logs)}") from None
         return found[-1]
 
     def server_log(self, node_id: int, since: int = 0) -> str:

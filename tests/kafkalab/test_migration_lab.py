@@ -50,6 +50,7 @@ from models.events import Source, ZnodeChange, ZnodeOp
 from models.kraft_records import MetadataRecordType, decode_metadata_record
 from models.migration import BlockReason, EntityKind, MigrationPhase, Store, ZkMigrationState
 from models.tables import CONTROLLER_DECISIONS, KRAFT_RECORDS, QUARANTINE, ZNODE_EVENTS
+from tests.kafkalab.lab_retry import twice_on_timeout
 
 TABLES = (ZNODE_EVENTS, KRAFT_RECORDS, QUARANTINE, CONTROLLER_DECISIONS)
 R = MetadataRecordType
@@ -99,8 +100,12 @@ CLEAN, PLANTED, RESYNCED, FINALIZED = "clean", "planted", "resynced", "finalized
 def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, starts_kraft: None,
              takes_minutes: None) -> Iterator[Migrated]:
     """One migration, start to finalization, recorded by the three collectors and judged at each JUDGED point."""
+    yield twice_on_timeout(lambda: migrate(tmp_path_factory.mktemp("migration")), "the migration lab")
+
+
+def migrate(base: Path) -> Migrated:
     # three controllers: kill -9 of the active one fails over to another
-    lab = MigrationLab(tmp_path_factory.mktemp("migration"), controllers_size=3, out=sys.stderr)
+    lab = MigrationLab(base, controllers_size=3, out=sys.stderr)
     judged: dict[str, dict[str, Any]] = {}
     with lab:
         brokers_to_kraft(lab, dual_write_actions)
@@ -119,8 +124,8 @@ def migrated(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, start
         finally:
             admin.close()
     judged[FINALIZED] = migration_json(lab.lake_root, lab.cluster_name)
-    yield Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name), judged, planted, quiet_at,
-                   epochs_at_clean)
+    return Migrated(lab, served, listed, read_tables(lab.lake_root, lab.cluster_name), judged, planted, quiet_at,
+                    epochs_at_clean)
 
 
 def controller_epochs(lab: MigrationLab) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from kafkalab.migration_story import brokers_to_kraft, judge_when, migration_jso
 from kafkalab.truth import NO_LEADER, PartitionView
 from models.anomalies import AnomalyKind as K
 from models.migration import BlockReason, MigrationPhase, PhaseSignal
+from tests.kafkalab.lab_retry import twice_on_timeout
 
 P = MigrationPhase
 TOPICS: dict[str, dict[str, Any]] = {
@@ -57,7 +59,11 @@ class RolledBack:
 def rolled_back(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, starts_kraft: None,
                 takes_minutes: None) -> Iterator[RolledBack]:
     """A migration up to the brokers on KRaft, Kafka's revert, a second attempt; judged after each."""
-    lab = MigrationLab(tmp_path_factory.mktemp("rollback"), out=sys.stderr, topics=TOPICS, produce_count=20)
+    yield twice_on_timeout(lambda: roll_back(tmp_path_factory.mktemp("rollback")), "the rollback lab")
+
+
+def roll_back(base: Path) -> RolledBack:
+    lab = MigrationLab(base, out=sys.stderr, topics=TOPICS, produce_count=20)
     judged: dict[str, dict[str, Any]] = {}
     with lab:
         brokers_to_kraft(lab)
@@ -68,7 +74,7 @@ def rolled_back(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, st
         began = lab.start_next_attempt()
         claim = lab.zk_json(CONTROLLER_ZNODE) or {}
     judged[SECOND_ATTEMPT] = migration_json(lab.lake_root, lab.cluster_name)
-    yield RolledBack(lab, elected, left, served, began, claim, judged)
+    return RolledBack(lab, elected, left, served, began, claim, judged)
 
 
 def kinds(judged: dict[str, Any]) -> list[str]:

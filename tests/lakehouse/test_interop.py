@@ -212,7 +212,7 @@ def test_concurrent_appends_from_both_engines_lose_no_commit(spark: SparkSession
     lake = Lake(tmp_path / "lake", cluster="test", checkpoint_interval=0)
     lake.ensure(TABLE)
     path = lake.table_path(TABLE)
-    per_writer, rows_each = 12, 3
+    per_writer, rows_each = 6, 3
     errors: list[BaseException] = []
 
     def delta_rs_writer(name: str) -> None:
