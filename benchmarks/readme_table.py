@@ -157,6 +157,19 @@ def _kraft_follow(r: Result) -> list[Row]:
              "—", f"p95 target {fixed(r['target_p95_s'], 0)} s")]
 
 
+
+def _suite_cpu(r: Result) -> list[Row]:
+    kinds = sorted(r["kinds"].values(), key=lambda k: -k["cpu_s"])
+    busy, cores = r["machine_busy_cpu_s"], r["machine"]["nproc"]
+    command = " ".join(r["params"]["command"])
+    return [(f"where the CPU of `{command}` goes (exit {r['exit_code']}): each process it started, by kind, "
+             f"`/proc` sampled every {fixed(r['params']['interval_s'], 0)} s", "",
+             f"{fixed(r['wall_s'] / 60, 1)} min; " + "; ".join(f"{k['what']} {k['cpu_s']:,.0f} CPU-s" for k in kinds),
+             f"the machine's busy CPU in the same run: {busy:,.0f} CPU-s, {busy / r['wall_s'] / cores:.0%} of "
+             f"{cores} cores",
+             ", ".join(f"{k['share']:.0%}" for k in kinds) + f"; {(busy - r['attributed_cpu_s']) / busy:.0%} not "
+             "attributed")]
+
 # results file -> its rows, in the table's order
 ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "batch_rebuild": _batch_rebuild,
@@ -170,6 +183,7 @@ ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "maintain_zorder": _maintain_zorder,
     "kraft_decode": _kraft_decode,
     "kraft_follow": _kraft_follow,
+    "suite_cpu": _suite_cpu,
 }
 
 

@@ -61,8 +61,9 @@ def kind_of(command: str, parent: ProcessKind | None) -> ProcessKind:
     """A process's kind from its command line and its parent's kind (None: parent not seen)."""
     argv0 = command.split(" ", 1)[0]
     if "org.apache.spark.deploy.SparkSubmit" in command:
-        return (ProcessKind.SPARK_DRIVER_OF_TESTS if parent is ProcessKind.TEST_PROCESS
-                else ProcessKind.SPARK_DRIVER_OF_COMMANDS)
+        # a PySpark session's driver runs `pyspark-shell`; `spark-submit jobs/x.py` names its application
+        in_tests = parent is ProcessKind.TEST_PROCESS and "pyspark-shell" in command
+        return ProcessKind.SPARK_DRIVER_OF_TESTS if in_tests else ProcessKind.SPARK_DRIVER_OF_COMMANDS
     if any(main in command for main in ("deploy.master.Master", "deploy.worker.Worker",
                                          "executor.CoarseGrainedExecutorBackend")):
         return ProcessKind.SPARK_CLUSTER
@@ -74,12 +75,14 @@ def kind_of(command: str, parent: ProcessKind | None) -> ProcessKind:
         if "org.apache.zookeeper" in command:
             return ProcessKind.ZOOKEEPER
         return ProcessKind.OTHER_JVM
-    if "pytest" in command or "exec(eval(sys.stdin.readline()))" in command:  # pytest-xdist's workers
-        return ProcessKind.TEST_PROCESS
+    # before the tests' own kind: a command's arguments often name pytest's temporary directories
     script = command.split(" ", 2)[1] if " " in command else ""  # a console script runs as `python <script>`
     if any(a == "zkledger" or a.endswith("/zkledger") for a in (argv0, script)) or " -m zkledger" in command \
             or "/jobs/" in script:
         return ProcessKind.ZKLEDGER_COMMAND
+    if "pytest" in command.split() or any(a.endswith("/pytest") for a in (argv0, script)) \
+            or "exec(eval(sys.stdin.readline()))" in command:  # pytest-xdist's workers
+        return ProcessKind.TEST_PROCESS
     return ProcessKind.OTHER
 
 

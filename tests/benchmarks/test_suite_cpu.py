@@ -16,6 +16,8 @@ def test_a_process_kind_comes_from_its_command_line_and_its_parent() -> None:
     assert kind_of(SPARK, K.TEST_PROCESS) is K.SPARK_DRIVER_OF_TESTS
     assert kind_of(SPARK, K.ZKLEDGER_COMMAND) is K.SPARK_DRIVER_OF_COMMANDS
     assert kind_of(SPARK, None) is K.SPARK_DRIVER_OF_COMMANDS
+    submitted = SPARK.replace("pyspark-shell", "/repo/jobs/rebuild.py --lake /l")
+    assert kind_of(submitted, K.TEST_PROCESS) is K.SPARK_DRIVER_OF_COMMANDS
     assert kind_of("/usr/bin/java -Xmx320m -cp /j/kafka-3.9/a.jar kafka.Kafka /lab/server.properties", None) is K.KAFKA
     assert kind_of("/usr/bin/java -cp /j/zk.jar org.apache.zookeeper.server.quorum.QuorumPeerMain z.cfg",
                    None) is K.ZOOKEEPER
@@ -25,13 +27,19 @@ def test_a_process_kind_comes_from_its_command_line_and_its_parent() -> None:
     assert kind_of("/v/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", K.TEST_PROCESS) \
         is K.TEST_PROCESS
     assert kind_of("/v/bin/python -m pytest -q tests", None) is K.TEST_PROCESS
+    assert kind_of("/v/bin/pytest tests/models", None) is K.TEST_PROCESS
+    # pytest's temporary directories in a command's arguments do not make it a test process
+    assert kind_of("/v/bin/python /v/bin/zkledger --lake /tmp/pytest-of-root/pytest-3/lake0 rebuild",
+                   K.TEST_PROCESS) is K.ZKLEDGER_COMMAND
+    assert kind_of("/usr/bin/java -cp /tmp/pytest-of-root/x.jar kafka.Kafka /tmp/pytest-of-root/s.properties",
+                   K.TEST_PROCESS) is K.KAFKA
     assert kind_of("/v/bin/python -m pyspark.daemon", K.SPARK_DRIVER_OF_TESTS) is K.PYSPARK_WORKER
     assert kind_of("/v/bin/python /v/bin/zkledger --lake /l rebuild", K.TEST_PROCESS) is K.ZKLEDGER_COMMAND
     assert kind_of("/v/bin/python /repo/jobs/monitor.py --lake /l", None) is K.ZKLEDGER_COMMAND
     assert kind_of("make test", None) is K.OTHER
 
 
-BUSY_CHILD = "import time\nt = time.time()\nwhile time.time() - t < 1.2: pass"
+BUSY_CHILD = "import time\nwhile time.process_time() < 1.0: pass"  # a CPU-second, however busy the machine
 
 
 def test_a_profile_counts_a_child_under_its_kind_against_the_machines_cpu() -> None:
