@@ -1,10 +1,10 @@
 """A migration lab built once more when Kafka did not reach a step in time.
 
-Kafka 3.9's migration, run beside the rest of the suite on two busy cores, has stalled in two of the last five fresh-clone
-runs: once the controller never copied ZooKeeper's metadata after the brokers rolled into migration mode, once a
-broker never rejoined the ISR after the rollback's election. Neither was seen on a run of its own. The lab's own
-timeout says where Kafka stopped (the migration driver's last lines, each node's warnings); that reason is kept as
-a pytest warning, which the run's summary prints, and the story runs once more from nothing in a new directory.
+Kafka 3.9's migration, run beside the rest of the suite on two busy cores, sometimes stalls: the controller
+never copies ZooKeeper's metadata after the brokers rolled into migration mode, or a broker never rejoins the ISR
+after the rollback's election. A lab run alone has not shown it. The lab's own timeout says where Kafka stopped
+(the migration driver's last lines, each node's warnings); that reason is kept as a pytest warning, which the
+run's summary prints, and the story runs once more from nothing in a new directory.
 A second timeout fails the tests; any other error fails them at once.
 """
 
