@@ -153,9 +153,9 @@ class Sampler:
             return kinds[key]
 
         totals: dict[ProcessKind, tuple[int, float]] = {}
-        for key in sorted(self.seen, key=lambda k: k[1]):
+        for key, seen in self.seen.items():
             count, cpu = totals.get(kind(key), (0, 0.0))
-            totals[kind(key)] = (count + 1, cpu + self.seen[key].cpu_s)
+            totals[kinds[key]] = (count + 1, cpu + seen.cpu_s)
         return totals
 
 
