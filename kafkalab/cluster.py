@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from services.errors import UserError
-from services.jvm import installed_jars
+from services.jvm import class_data_options, installed_jars
 from services.zookeeper import HOST, find_java, free_port
 
 MAIN_CLASS = "kafka.Kafka"
@@ -188,6 +188,7 @@ class KafkaCluster:
     overrides: Mapping[str, str] = field(default_factory=dict)
     start_timeout_s: float = 90.0
     die_with_parent: bool = True  # brokers get SIGKILL when this process dies (`kafka-lab start` turns it off)
+    archive_classes_to: Path | None = None  # broker 1 writes the classes it loaded here as it exits
     brokers: dict[int, Broker] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -246,7 +247,9 @@ class KafkaCluster:
         props = broker.home / "server.properties"
         props.write_text(self._server_properties(broker))
         (broker.home / "log4j.properties").write_text(BROKER_LOG4J.replace("{state_change_level}", self.kline.state_change_level))
-        cmd = [find_java(), *BROKER_JVM_OPTS, f"-Dkafka.logs.dir={broker.log_dir}",
+        archive_to = self.archive_classes_to if broker_id == 1 else None
+        cmd = [find_java(), *BROKER_JVM_OPTS, *class_data_options(self.kline.jar_set, archive_to),
+               f"-Dkafka.logs.dir={broker.log_dir}",
                f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
                "-cp", self.classpath, MAIN_CLASS, str(props)]
         with (broker.home / "stdout.log").open("ab") as out:

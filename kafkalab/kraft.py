@@ -35,7 +35,7 @@ from typing import Any
 
 from kafkalab.cluster import die_with_parent, failure_reason, signal_group, wait_or_kill
 from services.errors import UserError
-from services.jvm import installed_jars
+from services.jvm import class_data_options, installed_jars
 from services.zookeeper import HOST, find_java, free_port
 
 MAIN_CLASS = "kafka.Kafka"
@@ -230,6 +230,7 @@ class KRaftCluster:
     cluster_id: str = field(default_factory=new_cluster_id)
     start_timeout_s: float = 90.0
     die_with_parent: bool = True  # nodes get SIGKILL when this process dies
+    archive_classes_to: Path | None = None  # the first node writes the classes it loaded here as it exits
     nodes: dict[int, Node] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -322,7 +323,7 @@ class KRaftCluster:
         props = self._write_config(node)
         if (node.data_dir / "meta.properties").is_file():
             return
-        out = run_tool(self.classpath, STORAGE_TOOL,
+        out = run_tool(self.kline.jar_set, STORAGE_TOOL,
                        # "=": an id may start with "-", which the tool's parser would take for an option
                        ["format", f"--cluster-id={self.cluster_id}", "--config", str(props)], timeout_s=120)
         if not (node.data_dir / "meta.properties").is_file():
@@ -334,7 +335,9 @@ class KRaftCluster:
             raise UserError(f"node {node_id} is already running")
         self.format_node(node_id)
         node.log_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [find_java(), *self._jvm_options(node), f"-Dkafka.logs.dir={node.log_dir}",
+        archive_to = self.archive_classes_to if node_id == min(self.nodes) else None
+        cmd = [find_java(), *self._jvm_options(node), *class_data_options(self.kline.jar_set, archive_to),
+               f"-Dkafka.logs.dir={node.log_dir}",
                "-cp", self.classpath, MAIN_CLASS, str(node.home / "server.properties")]
         with (node.home / "stdout.log").open("ab") as out:
             node.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -522,12 +525,14 @@ def admin_client_on(address: str, request_timeout_ms: int = 3000) -> Any:
     return admin_client([address], request_timeout_ms)
 
 
-def run_tool(classpath: str, main_class: str, args: Iterable[str], timeout_s: float = 300) -> str:
-    """Run one of Kafka's command-line tools from the jar set; its stdout, or a UserError with its output."""
+def run_tool(jar_set: str, main_class: str, args: Iterable[str], timeout_s: float = 300) -> str:
+    """Run one of Kafka's command-line tools from a jar set; its stdout, or a UserError with its output."""
+    classpath = ":".join(str(p) for p in installed_jars(jar_set))
     with tempfile.TemporaryDirectory(prefix="kafkalab-tool-") as tmp:
         log_conf = Path(tmp) / "log4j2.properties"
         log_conf.write_text(_TOOL_LOG4J2)
-        cmd = [find_java(), *_TOOL_JVM_OPTS, f"-Dlog4j2.configurationFile={log_conf}", "-cp", classpath,
+        cmd = [find_java(), *_TOOL_JVM_OPTS, *class_data_options(jar_set), f"-Dlog4j2.configurationFile={log_conf}",
+               "-cp", classpath,
                main_class, *args]
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s,
                               check=False, preexec_fn=die_with_parent(signal.SIGKILL))
@@ -567,8 +572,7 @@ def dump_metadata_log(files: Iterable[Path], jar_set: str = KRAFT_4_1.jar_set) -
     paths = [Path(f).absolute() for f in files]
     if not paths:
         return []
-    classpath = ":".join(str(p) for p in installed_jars(jar_set))
-    out = run_tool(classpath, DUMP_LOG_TOOL, ["--cluster-metadata-decoder", "--deep-iteration", "--print-data-log",
+    out = run_tool(jar_set, DUMP_LOG_TOOL, ["--cluster-metadata-decoder", "--deep-iteration", "--print-data-log",
                                               "--files", ",".join(str(p) for p in paths)])
     return parse_dump(out)
 

@@ -18,13 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+from services.jvm import archive_at_exit_options, class_sharing_options
+
 ARCHIVE = Path(__file__).resolve().parents[1] / ".jvm" / "spark-cds" / "driver.jsa"
 """Where `make test` builds it."""
 BUILD_TIMEOUT_S = 300
 JIT = "-XX:TieredStopAtLevel=1"
 """The tests' drivers run with the JIT's quick compiler only (tests/conftest.py)."""
-QUIET = "-Xlog:cds*=off"
-"""A JVM that cannot use the archive says so on stdout, where tests read a command's output."""
 
 # What the archived JVM runs: a session as the tests build it, and a rebuild of a small history (Delta reads
 # and writes, the streaming query with its state store and Python workers).
@@ -52,7 +52,7 @@ jvm.wait(timeout=600)
 
 def driver_opts(archive: Path = ARCHIVE) -> str:
     """The JVM options of a test's Spark driver: the archive's when it was built."""
-    return f"{JIT} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else JIT
+    return " ".join([JIT, *class_sharing_options(archive)])
 
 
 def build(archive: Path) -> None:
@@ -62,7 +62,7 @@ def build(archive: Path) -> None:
     part.unlink(missing_ok=True)
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "SPARK_TESTING": "1",
-           "SPARK_SUBMIT_OPTS": f"{JIT} -XX:ArchiveClassesAtExit={part} {QUIET}"}
+           "SPARK_SUBMIT_OPTS": " ".join([JIT, *archive_at_exit_options(part)])}
     started = time.monotonic()
     log = archive.with_name(archive.name + ".log")
     with log.open("w") as out:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.spark_cds import JIT, QUIET, driver_opts
+from services.jvm import QUIET_CLASS_SHARING
+from tests.spark_cds import JIT, driver_opts
 
 
 def test_without_an_archive_the_drivers_run_with_the_quick_jit_only(tmp_path: Path) -> None:
@@ -14,4 +15,4 @@ def test_without_an_archive_the_drivers_run_with_the_quick_jit_only(tmp_path: Pa
 def test_with_an_archive_the_drivers_map_it_and_say_nothing_when_it_does_not_fit(tmp_path: Path) -> None:
     archive = tmp_path / "driver.jsa"
     archive.write_bytes(b"")
-    assert driver_opts(archive).split() == [JIT, f"-XX:SharedArchiveFile={archive}", QUIET]
+    assert driver_opts(archive).split() == [JIT, f"-XX:SharedArchiveFile={archive}", QUIET_CLASS_SHARING]

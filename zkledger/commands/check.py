@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 from models.tables import READABLE
-from services.quality import QUALITY_DIR, run_quality
 from services.spark_session import submitted_master
 from zkledger.context import Context
 
@@ -32,6 +31,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> tuple[str, int]:
+    from services.quality import QUALITY_DIR, run_quality  # pyspark's modules: loaded by this command only
+
     ctx.require_lake()
     # Tables small enough for pandas are read with delta-rs: no JVM unless a table needs Spark. Under
     # spark-submit the driver is a Spark application already: its session is built (and its master logged).

@@ -8,7 +8,6 @@ from typing import Any
 
 from models.tables import ANOMALIES, CONTROLLER_TENURE
 from services.errors import UserError
-from services.report import write_report
 from zkledger.context import Context
 
 
@@ -30,6 +29,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> str:
     if os.path.isdir(args.out):
         raise UserError(f"--out {args.out}: is a directory; give the report's file name (e.g. {args.out}/report.html)")
+    from services.report import write_report
     from zkledger.commands.migration import recorded_migration
 
     ctx.require_lake()
