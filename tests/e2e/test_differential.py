@@ -1,29 +1,27 @@
 """Differential: every way of running the pipeline ends with the tables its steps write when run in the driver.
 
-A case is (set, way). A set is a few bronze histories, each its own cluster, held in one lake: the literal ones
-(tests/history.py), the built-in simulator scenarios played on a real ZooKeeper (the session's `runs`), or the
-same runs' lossless collectors alone. The reference of a history is `engine.local_run.run_local` on it alone
-(all history in one batch, in the driver, no Spark): the pipeline's steps and sink with nothing of the query
-around them (no scheduler, state store, checkpoint or micro-batches), and cheap. Several histories in one lake
-make one Spark query serve them all (each query start and micro-batch costs seconds) and show that clusters
-do not leak into each other.
+The histories are held in one lake, each its own cluster: the literal ones (tests/history.py), the built-in
+simulator scenarios played on a real ZooKeeper (the session's `runs`), and the same runs' lossless collectors
+alone (under a cluster name of their own). The reference of a history is `engine.local_run.run_local` on it
+alone (all history in one batch, in the driver, no Spark): the pipeline's steps and sink with nothing of the
+query around them (no scheduler, state store, checkpoint or micro-batches), and cheap. One Spark query serves
+them all (each query start and micro-batch costs seconds) and shows that clusters do not leak into each other.
 
-A way copies a set's bronze into a fresh lake and runs the Spark query: `rebuild` in one micro-batch; over
-bronze in several commits, a micro-batch each (a history's controller log apart from its znode rows, or a
-chunk ahead of ZooKeeper's); `rebuild` on the first part then `drain_monitor` on its checkpoint as the rest
-arrives; `zkledger monitor --available-now` processes SIGKILLed by the crash hook before their first commit
-and after a commit, then run to the end. The one comparison (`tests/conftest.py` `assert_same_tables`) is over
-every derived table, every column, against the union of the references. Each way also asserts that it ran
-that way (micro-batches counted, the process killed where asked) and, for the monitors, that each anomaly was
-published once.
+A way copies the bronze into a fresh lake and runs the Spark query: `rebuild` in one micro-batch; over bronze in
+several commits, a micro-batch each (split-brain's controller log a commit before its znode rows, the played
+logs' decisions a chunk ahead of ZooKeeper's); `rebuild` on the first part then `drain_monitor` on its
+checkpoint as the rest arrives (cut at random rows, split-brain's log last); `zkledger monitor --available-now`
+processes SIGKILLed by the crash hook before their first commit and after a commit, then run to the end. The
+one comparison (`tests/conftest.py` `assert_same_tables`) is over every derived table, every column, against
+the union of the references. Each way also asserts that it ran that way (micro-batches counted, the process
+killed where asked) and, for the monitors, that each anomaly was published once.
 """
-
 from __future__ import annotations
 
 import os
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +65,7 @@ BUCKETS = 4  # small histories: fewer keys, fewer state stores per micro-batch
 MONITOR_SETTINGS = f"[pipeline]\nbuckets = {BUCKETS}\n\n[spark]\nmaster = \"local[2]\"\nshuffle_partitions = 2\n"
 
 
-# ---------------------------------------------------------------- sets
+# ---------------------------------------------------------------- histories
 
 @dataclass
 class Member:
@@ -145,35 +143,33 @@ LITERAL: dict[str, tuple[Callable[[], dict[str, list[dict[str, Any]]]], set[str]
     "split-brain": (lambda: {Z: split_brain_history().rows, D: split_brain_log()},
                     {"NO_ACTIVE_CONTROLLER", "SPLIT_BRAIN", "ZOMBIE_CONTROLLER_WRITE"}, {"first": 14, "last": 12}),
 }
-# the sets of played runs ask for `runs` at run time: their marks are not derived from the test's fixtures
-PLAYED = {"played", "lossless"}
+LOSSLESS = "-lossless"  # the cluster name's suffix of a run's lossless-collector copy (the played run has the name)
+
+
+def _reference(tmp_path_factory: pytest.TempPathFactory, cluster: str, rows: dict[str, list[dict[str, Any]]],
+               cuts: dict[str, int]) -> Member:
+    """A history as bronze of ``cluster`` in a lake of its own, and its reference run in the driver."""
+    lake = Lake(tmp_path_factory.mktemp(cluster) / "reference", cluster=cluster)
+    for table, table_rows in rows.items():
+        lake.append(table, recluster(table_rows, cluster), writer_id="history", batch_seq=1)
+    run_local(lake)
+    return Member(cluster, lake, bronze(lake), cuts)
 
 
 @pytest.fixture(scope="module")
-def sets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Set]]:
-    """Set by name, built on first use and shared by every way (ZooKeeper is played only for a played set)."""
-    built: dict[str, Set] = {}
-
-    def get(name: str) -> Set:
-        if name not in built:
-            if name == "literal":
-                members = []
-                for cluster, (make, kinds, cuts) in LITERAL.items():
-                    lake = Lake(tmp_path_factory.mktemp(cluster) / "reference", cluster=cluster)
-                    for table, rows in make().items():
-                        lake.append(table, recluster(rows, cluster), writer_id="history", batch_seq=1)
-                    run_local(lake)
-                    assert kinds <= {r["kind"] for r in lake.read_arrow(ANOMALIES.name).to_pylist()}, cluster
-                    members.append(Member(cluster, lake, bronze(lake), cuts))
-            else:
-                runs = request.getfixturevalue("runs")
-                lakes = [runs[r].lake for r in RUNS] if name == "played" else [runs[r].txn_lake for r in TXN_ONLY]
-                members = [Member(lake.cluster, lake, bronze(lake)) for lake in lakes]
-            assert len({m.cluster for m in members}) == len(members)  # one cluster per history
-            built[name] = Set(name, members)
-        return built[name]
-
-    yield get
+def histories(runs: Any, tmp_path_factory: pytest.TempPathFactory) -> Set:
+    """Every history the ways run over, and their references."""
+    members = []
+    for cluster, (make, kinds, cuts) in LITERAL.items():
+        member = _reference(tmp_path_factory, cluster, make(), cuts)
+        assert kinds <= {r["kind"] for r in member.reference.read_arrow(ANOMALIES.name).to_pylist()}, cluster
+        members.append(member)
+    members += [Member(lake.cluster, lake, bronze(lake)) for lake in (runs[r].lake for r in RUNS)]
+    for lake in (runs[r].txn_lake for r in TXN_ONLY):
+        members.append(_reference(tmp_path_factory, lake.cluster + LOSSLESS,
+                                  {t: rows.to_pylist() for t, rows in bronze(lake).items()}, {}))
+    assert len({m.cluster for m in members}) == len(members)  # one cluster per history
+    return Set("all", members)
 
 
 @dataclass
@@ -291,29 +287,19 @@ class Way:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-REBUILD = Way("rebuild-one-micro-batch", spark_rebuild)
-
-CASES: list[tuple[str, Way]] = [
-    ("literal", REBUILD),
-    ("literal", Way("query-over-3-commits-log-first", query_in_chunks, {"log": "first"})),
-    ("literal", Way("monitor-after-a-rebuild-at-random-rows-log-last", monitor_after_a_rebuild,
-                    {"seed": 7, "log": "last"})),
-    ("played", REBUILD),
-    # the log collector ahead of ZooKeeper's: a decision before its write waits, it is not found divergent
-    ("played", Way("query-over-3-commits-decisions-a-chunk-ahead", query_in_chunks, {"ahead": True})),
-    ("played", Way("monitor-after-a-rebuild", monitor_after_a_rebuild)),
-    ("lossless", Way("query-over-3-commits", query_in_chunks)),
+WAYS: list[Way] = [
+    Way("rebuild-one-micro-batch", spark_rebuild),
+    Way("query-over-3-commits-log-first-decisions-ahead", query_in_chunks, {"log": "first", "ahead": True}),
+    Way("monitor-after-a-rebuild-at-random-rows-log-last", monitor_after_a_rebuild, {"seed": 7, "log": "last"}),
 ]
 if os.environ.get("ZKLEDGER_ALL_COMMIT_POINTS"):  # the longer kill matrix; tests/engine/test_commit_points.py and
     # the killed spark-submit driver kill a monitor process in the default suite
-    CASES.append(("played", Way("monitor-process-killed-and-restarted", monitor_killed_and_restarted)))
+    WAYS.append(Way("monitor-process-killed-and-restarted", monitor_killed_and_restarted))
 
 
-@pytest.mark.parametrize(("name", "way"), [
-    pytest.param(s, w, id=f"{s}/{w.name}", marks=[pytest.mark.integration, pytest.mark.slow] if s in PLAYED else [])
-    for s, w in CASES])
-def test_a_way_of_running_ends_with_the_references_tables(sets: Callable[[str], Set], spark: Any, tmp_path: Path,
-                                                          name: str, way: Way) -> None:
-    ctx = Ctx(spark, sets(name), tmp_path)
+@pytest.mark.parametrize("way", WAYS, ids=[w.name for w in WAYS])
+def test_a_way_of_running_ends_with_the_references_tables(histories: Set, spark: Any, tmp_path: Path,
+                                                          way: Way) -> None:
+    ctx = Ctx(spark, histories, tmp_path)
     lake = way.run(ctx, **way.options)
     assert_same_tables(lake, ctx.set.reference)
