@@ -58,17 +58,27 @@ def route_znode_rows(bronze: pa.Table, buckets: Buckets) -> list[tuple[StreamPar
     and the transaction log's zxid range go to the cluster's stage; each cluster's latest ZooKeeper time to all
     its buckets."""
     meta, quarantine = split_decoded(decode_table(bronze))
-    # after the dedupe, a zxid the log delivered here has only the log's rows
-    from_log = pc.is_in(meta["zxid"], pc.unique(bronze.filter(_is_txnlog(bronze))["zxid"]))
-    meta = meta.append_column(TXNLOG_COLUMN, pc.fill_null(from_log, False))
+    txn = bronze.select(["cluster", "zxid"]).filter(_is_txnlog(bronze))
+    meta = meta.append_column(TXNLOG_COLUMN, _delivered_by_log(meta, txn))
     gaps = bronze.filter(pc.fill_null(pc.greater(bronze["missed_versions"], 0), False)).select(list(GAP_COLUMNS))
-    txn = bronze.filter(_is_txnlog(bronze))
     ranges = txn.group_by("cluster").aggregate([("zxid", "min"), ("zxid", "max")])
     ranges = pa.table({"cluster": ranges["cluster"], "lo": ranges["zxid_min"], "hi": ranges["zxid_max"]})
     return [(StreamPart.EVENTS, route(meta.select(META_SEQ.names).cast(META_SEQ), buckets)),
             (StreamPart.ZK_TIME, zk_times(meta, buckets)), (StreamPart.QUARANTINE, at_stage(quarantine)),
             (StreamPart.GAPS, at_stage(gaps)),
             (StreamPart.TXNLOG, pa.concat_tables([at_stage(ranges), to_every_bucket(ranges, buckets)]))]
+
+
+def _delivered_by_log(meta: pa.Table, txn: pa.Table) -> pa.Array:
+    """Per decoded event: its cluster's transaction log delivered its zxid in these rows (after the dedupe
+    such a zxid has only the log's rows). Per cluster: zxids count from 1 in every ensemble, so another
+    cluster's log says nothing about this one's."""
+    delivered = np.zeros(meta.num_rows, bool)
+    for cluster in pc.unique(txn["cluster"]).to_pylist():
+        zxids = pc.unique(txn.filter(pc.equal(txn["cluster"], cluster))["zxid"])
+        mine = pc.and_(pc.equal(meta["cluster"], cluster), pc.is_in(meta["zxid"], zxids))
+        delivered |= pc.fill_null(mine, False).to_numpy(zero_copy_only=False)
+    return pa.array(delivered)
 
 
 def _is_txnlog(bronze: pa.Table) -> pa.ChunkedArray:

@@ -282,9 +282,10 @@ def test_the_simulator_starts_a_cluster_as_the_real_brokers_did(lab: LabResult, 
 @pytest.mark.spark
 def test_the_monitor_with_the_logs_ahead_of_zookeeper_ends_with_the_rebuilds_tables(
         lab: LabResult, spark: Any, tmp_path: Path) -> None:
-    """The real brokers' history fed in 3 time chunks, each chunk's log decisions a chunk before its znode rows
-    (the log collector ahead of ZooKeeper's), `monitor --available-now` after each (4 buckets; the lab's rebuild
-    used 32): every derived table ends as the lab's rebuild wrote it."""
+    """The real brokers' history in 3 time chunks, each chunk's log decisions a chunk before its znode rows
+    (the log collector ahead of ZooKeeper's), a bronze commit per table and chunk; `monitor --available-now`
+    taking one commit per table and micro-batch (4 buckets; the lab's rebuild used 32): every derived table
+    ends as the lab's rebuild wrote it."""
     rebuilt = Lake(lab.lake_root, cluster=lab.cluster_name)
     history = {t: rebuilt.read_arrow(t) for t in (ZNODE_EVENTS.name, CONTROLLER_DECISIONS.name)}
     lake = Lake(tmp_path / "lake", cluster=lab.cluster_name)
@@ -292,5 +293,6 @@ def test_the_monitor_with_the_logs_ahead_of_zookeeper_ends_with_the_rebuilds_tab
     assert early_decisions(steps)  # some decisions really arrive before their writes
     for seq, chunk in enumerate(steps, start=1):
         feed(lake, chunk, seq)
-        drain_monitor(spark, lake, str(tmp_path / "checkpoint"), buckets=4)
+    batches = drain_monitor(spark, lake, str(tmp_path / "checkpoint"), buckets=4, max_files_per_trigger=1)
+    assert batches >= len(steps)  # the chunks in micro-batches of their own, in order
     assert_same_tables(lake, rebuilt)

@@ -11,12 +11,12 @@ import pyarrow.compute as pc
 
 from lakehouse import arrow_schema
 from lakehouse.spark_schema import spark_arrow_schema
-from pipelines.bucket_fold import BUCKET_COLUMN, BucketState, bucket_step
+from pipelines.bucket_fold import BUCKET_COLUMN, TXNLOG_COLUMN, BucketState, bucket_step
 from pipelines.cluster_stage import StreamPart
 from pipelines.controller import GLOBAL_TYPES, replay
 from pipelines.keyed_pipeline import META_SEQ, route_znode_rows
 from pipelines.state_machines import CONTEXT_POINTS, GlobalContext
-from tests.history import split_brain_history
+from tests.history import History, split_brain_history
 
 TIMELINE_PARTS = ("global_events", "context", "tenure")
 
@@ -64,3 +64,17 @@ def test_a_batch_without_timeline_events_reads_the_carried_replay_back() -> None
     assert found[1] == found[2] == ["SPLIT_BRAIN", "ZOMBIE_CONTROLLER_WRITE"]
     assert carried.tenure["controller_id"].to_pylist() == [1, 2]
     assert GlobalContext.from_table(carried.context).broker_points[3] == ([3, 14, 15], [True, False, True])
+
+
+def test_another_clusters_transaction_log_does_not_vouch_for_a_watchs_row() -> None:
+    # two ensembles at the same zxids in one batch: cluster a's /controller DELETE seen by a watch only,
+    # cluster b's by its transaction log; a's row must stay a watch's row, which a's own log may supersede
+    a, b = History(cluster="a"), History(cluster="b")
+    for h, source in ((a, "watch"), (b, "txnlog")):
+        h.add("/controller", "CREATE", b'{"version":1,"brokerid":1,"timestamp":"1"}', zxid=7, source=source)
+        h.add("/controller", "DELETE", zxid=8, source=source)
+    bronze = pa.Table.from_pylist(a.rows + b.rows, schema=arrow_schema("znode_events")).cast(
+        spark_arrow_schema("znode_events"))
+    events = dict(route_znode_rows(bronze, 1))[StreamPart.EVENTS]
+    delivered = {(r["cluster"], r["zxid"]): r[TXNLOG_COLUMN] for r in events.to_pylist()}
+    assert delivered == {("a", 7): False, ("a", 8): False, ("b", 7): True, ("b", 8): True}
