@@ -93,7 +93,7 @@ $(SPARK_CDS): requirements.lock $(JVM_STAMPS)
 # One per Kafka line the labs start dozens of JVMs of (kafkalab/class_archive.py), built beside lint too: a broker
 # or node maps its line's classes from it (a 3.9 broker started on 2.4 CPU-seconds instead of 4.0).
 KAFKA_CDS := $(foreach l,4.1 3.9,.jvm/kafka-$(l)/classes.jsa)
-.jvm/kafka-%/classes.jsa: .jvm/kafka-%/.installed requirements.lock
+.jvm/kafka-%/classes.jsa: .jvm/kafka-%/.installed
 	$(PY) -m kafkalab.class_archive $* || echo "warning: no class-data archive for Kafka $*; its JVMs run without it"
 
 test: venv java jars browser prometheus

@@ -532,8 +532,7 @@ def run_tool(jar_set: str, main_class: str, args: Iterable[str], timeout_s: floa
         log_conf = Path(tmp) / "log4j2.properties"
         log_conf.write_text(_TOOL_LOG4J2)
         cmd = [find_java(), *_TOOL_JVM_OPTS, *class_data_options(jar_set), f"-Dlog4j2.configurationFile={log_conf}",
-               "-cp", classpath,
-               main_class, *args]
+               "-cp", classpath, main_class, *args]
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s,
                               check=False, preexec_fn=die_with_parent(signal.SIGKILL))
     if proc.returncode != 0:
