@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAKE ?= ./lake
 
-.PHONY: help venv java maven jars browser prometheus test test-fast lint demo demo-kafka demo-kraft demo-migration bench dist clean zk-start zk-status zk-stop
+.PHONY: help venv java maven jars browser prometheus packages test test-fast lint demo demo-kafka demo-kraft demo-migration bench dist clean zk-start zk-status zk-stop
 
 help:
 	@echo "make demo   run the end-to-end story on an embedded ZooKeeper and print the anomalies"
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements.lock
 venv: $(STAMP)
 
 java:
-	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	@v=$(JAVA_MAJOR); \
 	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
 	  echo "Java 17+ not found (found: $${v:-none}); installing Debian's openjdk-17-jre-headless"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } \
@@ -50,7 +50,8 @@ JVM_STAMPS := $(foreach s,$(JVM_SETS),.jvm/$(s)/.installed)
 
 jars: $(JVM_STAMPS)
 
-.jvm/%/.installed: jvm/%/pom.xml jvm/%/sha256sums
+# JVM_TOOLS_FIRST: a target that must finish before any set is fetched (`make test`: packages, which brings Maven)
+.jvm/%/.installed: jvm/%/pom.xml jvm/%/sha256sums | $(JVM_TOOLS_FIRST)
 	@$(MAKE) -s maven
 	jvm/install.sh $*
 
@@ -67,6 +68,21 @@ prometheus:
 	  echo "installing Debian's prometheus for the ops tests"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
 	  || { echo "error: prometheus is required for the ops tests; install it with: apt-get install -y prometheus"; exit 1; }; }
+
+# Every Debian package the whole suite runs that is missing (Java 17+, chromium, prometheus, and Maven while a JVM
+# artifact set is not installed yet), in one apt-get: apt holds one lock at a time, and each update is a round trip.
+JAVA_MAJOR = $$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+packages:
+	@need=""; v=$(JAVA_MAJOR); [ -n "$$v" ] && [ "$$v" -ge 17 ] || need="$$need openjdk-17-jre-headless"; \
+	command -v chromium >/dev/null 2>&1 || need="$$need chromium"; \
+	lean=""; { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || lean="prometheus"; \
+	$(if $(filter-out $(wildcard $(JVM_STAMPS)),$(JVM_STAMPS)),command -v mvn >/dev/null 2>&1 || need="$$need maven";) \
+	[ -z "$$need$$lean" ] && exit 0; \
+	echo "installing Debian's$$need $$lean"; \
+	{ apt-get update -qq \
+	  && { [ -z "$$need" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; } \
+	  && { [ -z "$$lean" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$lean >/dev/null; }; } \
+	|| { echo "error: could not install$$need $$lean; install them with apt-get install -y$$need $$lean"; exit 1; }
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -87,17 +103,19 @@ SPARK_SPAWN_RERUN := --reruns 2 --reruns-delay 20 --only-rerun "Python worker fa
 # lint: the suite's many short-lived Spark JVMs map them instead of loading and verifying them again. Without it
 # (a failed build warns) they run as before.
 SPARK_CDS := .jvm/spark-cds/driver.jsa
-$(SPARK_CDS): requirements.lock $(JVM_STAMPS)
+$(SPARK_CDS): $(STAMP) .jvm/delta/.installed
 	$(PY) -m tests.spark_cds $@ || echo "warning: no class-data archive for the tests' Spark drivers; they run without it"
 
 # One per Kafka line the labs start dozens of JVMs of (kafkalab/class_archive.py), built beside lint too: a broker
 # or node maps its line's classes from it (a 3.9 broker started on 2.4 CPU-seconds instead of 4.0).
 KAFKA_CDS := $(foreach l,4.1 3.9,.jvm/kafka-$(l)/classes.jsa)
-.jvm/kafka-%/classes.jsa: .jvm/kafka-%/.installed
+.jvm/kafka-%/classes.jsa: $(STAMP) .jvm/kafka-%/.installed
 	$(PY) -m kafkalab.class_archive $* || echo "warning: no class-data archive for Kafka $*; its JVMs run without it"
 
-test: venv java jars browser prometheus
-	$(MAKE) --no-print-directory -j2 lint $(SPARK_CDS) $(KAFKA_CDS)
+# One make of two jobs installs and prepares: pip's install beside apt's and Maven's downloads, lint beside the JVM
+# artifacts, the class-data archives last (they need both).
+test:
+	$(MAKE) --no-print-directory -j2 JVM_TOOLS_FIRST=packages $(SPARK_CDS) lint $(KAFKA_CDS) jars
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 \
 		$(SPARK_SPAWN_RERUN) tests
 

@@ -16,6 +16,9 @@ if [ -z "$pin" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 command -v mvn >/dev/null || { echo "error: Maven (mvn) is needed once to fetch $name; apt-get install -y maven" >&2; exit 1; }
 echo "installing the JVM artifacts of $name into $dest (Maven, once)"
+mkdir -p .jvm
+exec 9>.jvm/.install.lock
+flock 9  # sets fetched side by side (make -j) share Maven's local repository below: one at a time
 rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
 # -C: fail on a checksum mismatch from the repository; the project-local repository keeps ~/.m2 out of it
 mvn -q -B -C -f "$spec/pom.xml" -Dmaven.repo.local="$PWD/.jvm/m2" \
