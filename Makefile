@@ -17,6 +17,7 @@ help:
 	@echo "make test-fast   the tests that need no JVM (no Spark, ZooKeeper, Kafka): the venv only, under 3 minutes"
 	@echo "make bench  run the benchmarks (prints ratios against in-run baselines)"
 	@echo "make dist   build the wheel dist/zkledger-<version>-py3-none-any.whl, dist/zkledger.zip (spark-submit --py-files) and dist/jars/ (Delta's connector, --jars)"
+	@echo "make packages   install every missing Debian package the whole suite runs (Java, chromium, prometheus, Maven once), in one apt-get"
 	@echo "make jars   install the pinned JVM artifacts (Delta's connector, Kafka brokers) into .jvm/ (Maven, once)"
 	@echo "make zk-start|zk-status|zk-stop   the embedded ZooKeeper (data in \$$LAKE/_zookeeper; ZK_PORT=2181 to pin the port)"
 
