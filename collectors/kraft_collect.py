@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 SEGMENT, SNAPSHOT, GAP = KraftRecordSource.SEGMENT, KraftRecordSource.SNAPSHOT, KraftRecordSource.GAP
 SOURCE = "kraft"  # the quarantine rows' source column, and the metrics' source label
+REWRITTEN_TAIL = "rewritten at leader epoch"
+"""In the reason of a quarantine row for a batch Raft wrote over offsets already collected (``_check_rewritten``)."""
 QUARANTINE_SOURCE = SOURCE
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable batch, kept (hex) in its quarantine row
 
@@ -555,7 +557,7 @@ class KraftCollector:
         with open(path, "rb") as f:
             f.seek(batch.position)
             raw = f.read(min(batch.size, QUARANTINE_RAW_BYTES))
-        reason = (f"{path.name}: offsets {first}..{last} rewritten at leader epoch "
+        reason = (f"{path.name}: offsets {first}..{last} {REWRITTEN_TAIL} "
                   f"{epoch} after they were collected at epoch {collected} (Raft truncated "
                   f"a diverged tail); kraft_records holds the truncated records, this batch is the log's now")
         if not self._quarantine_row(stream, raw.hex(), reason,
