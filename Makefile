@@ -31,15 +31,21 @@ $(STAMP): pyproject.toml requirements.lock
 
 venv: $(STAMP)
 
+# How each Debian package the suite runs is found: its own target below and `packages` both ask these.
+JAVA_MAJOR = $$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+HAS_JAVA = v=$(JAVA_MAJOR); [ -n "$$v" ] && [ "$$v" -ge 17 ]
+HAS_MAVEN = command -v mvn >/dev/null 2>&1
+HAS_CHROMIUM = command -v chromium >/dev/null 2>&1
+HAS_PROMETHEUS = command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1
+
 java:
-	@v=$(JAVA_MAJOR); \
-	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	@if ! { $(HAS_JAVA); }; then \
 	  echo "Java 17+ not found (found: $${v:-none}); installing Debian's openjdk-17-jre-headless"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; } \
 	  || { echo "error: Java 17+ is required for Spark and ZooKeeper; install it with: apt-get install -y openjdk-17-jre-headless"; exit 1; }; fi
 
 maven:
-	@command -v mvn >/dev/null 2>&1 || { \
+	@$(HAS_MAVEN) || { \
 	  echo "installing Debian's maven to fetch the pinned JVM artifacts (once)"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null; } \
 	  || { echo "error: Maven is required once to fetch the JVM artifacts; install it with: apt-get install -y maven"; exit 1; }; }
@@ -58,26 +64,25 @@ jars: $(JVM_STAMPS)
 
 # The report test renders the HTML in a real headless Chromium (Debian's package).
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@$(HAS_CHROMIUM) || { \
 	  echo "installing Debian's chromium for the report test"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || { echo "error: chromium is required for the report test; install it with: apt-get install -y chromium"; exit 1; }; }
 
 # The ops tests run the shipped alert rules in a real Prometheus server (and promtool), Debian's package.
 prometheus:
-	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	@{ $(HAS_PROMETHEUS); } || { \
 	  echo "installing Debian's prometheus for the ops tests"; \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
 	  || { echo "error: prometheus is required for the ops tests; install it with: apt-get install -y prometheus"; exit 1; }; }
 
 # Every Debian package the whole suite runs that is missing (Java 17+, chromium, prometheus, and Maven while a JVM
 # artifact set is not installed yet), in one apt-get: apt holds one lock at a time, and each update is a round trip.
-JAVA_MAJOR = $$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 packages:
-	@need=""; v=$(JAVA_MAJOR); [ -n "$$v" ] && [ "$$v" -ge 17 ] || need="$$need openjdk-17-jre-headless"; \
-	command -v chromium >/dev/null 2>&1 || need="$$need chromium"; \
-	lean=""; { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || lean="prometheus"; \
-	$(if $(filter-out $(wildcard $(JVM_STAMPS)),$(JVM_STAMPS)),command -v mvn >/dev/null 2>&1 || need="$$need maven";) \
+	@need=""; { $(HAS_JAVA); } || need="$$need openjdk-17-jre-headless"; \
+	$(HAS_CHROMIUM) || need="$$need chromium"; \
+	lean=""; { $(HAS_PROMETHEUS); } || lean="prometheus"; \
+	$(if $(filter-out $(wildcard $(JVM_STAMPS)),$(JVM_STAMPS)),$(HAS_MAVEN) || need="$$need maven";) \
 	[ -z "$$need$$lean" ] && exit 0; \
 	echo "installing Debian's$$need $$lean"; \
 	{ apt-get update -qq \
