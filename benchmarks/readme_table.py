@@ -170,10 +170,23 @@ def _suite_cpu(r: Result) -> list[Row]:
              ", ".join(f"{k['share']:.0%}" for k in kinds) + f"; {(busy - r['attributed_cpu_s']) / busy:.0%} not "
              "attributed")]
 
+def _worker_allocator(r: Result) -> list[Row]:
+    p, m = r["params"], r["medians"]
+    base, *others = (str(t) for t in p["thresholds"])
+    return [(f"the Python workers' mmap threshold {int(t):,} B against the shipped {int(base):,} B: `zkledger rebuild` "
+             f"of {p['events']:,} events over {p['partitions']:,} partitions (median of {p['repeat']} alternating rounds)",
+             "", f"query {fixed(m[t]['query_s'], 1)} s; PySpark workers {fixed(m[t]['workers_cpu_s'], 1)} CPU-s",
+             f"{int(base):,} B, same rounds: query {fixed(m[base]['query_s'], 1)} s; PySpark workers "
+             f"{fixed(m[base]['workers_cpu_s'], 1)} CPU-s",
+             f"{fixed(m[base]['query_s'] / m[t]['query_s'], 2)}x the speed; "
+             f"{fixed(m[t]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU") for t in others]
+
+
 # results file -> its rows, in the table's order
 ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "batch_rebuild": _batch_rebuild,
     "driver_memory": _driver_memory,
+    "worker_allocator": _worker_allocator,
     "stateful_query": _stateful_query,
     "fleet": _fleet,
     "microbatch_cost": _microbatch_cost,

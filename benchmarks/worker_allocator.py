@@ -1,0 +1,130 @@
+"""The Python workers' mmap threshold against a rebuild's time and CPU: the shipped one against others.
+
+    python -m benchmarks.worker_allocator [--events 1000000] [--partitions 50000]
+                                          [--thresholds 131072 4194304] [--repeat 2]
+
+One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
+threshold (the order turns each round), each in a process of its own with the threshold set the way a user would
+set it: ``"spark.executorEnv.MALLOC_MMAP_THRESHOLD_"`` under ``[spark.extra]``. Of each run: the query's time (its
+micro-batches' ``triggerExecution``, summed) and the CPU-seconds of its process tree by kind (the PySpark workers,
+the Spark driver's JVM, the command's Python), sampled from ``/proc``. The baseline is the first threshold (the
+shipped ``services.spark_session.WORKER_MMAP_THRESHOLD``) in the same rounds; medians count. Peak memory for a
+threshold: ``benchmarks.driver_memory --conf FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import statistics
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    Timer,
+    base_parser,
+    batch_lines,
+    machine,
+    offline_history,
+    ratio,
+    run_main,
+    scratch,
+)
+from benchmarks.suite_cpu import ProcessKind, Sampler
+from services.spark_session import WORKER_MMAP_THRESHOLD
+
+log = logging.getLogger(__name__)
+
+NAME = "worker_allocator"
+MMAP_THRESHOLD_CONF = "spark.executorEnv.MALLOC_MMAP_THRESHOLD_"
+KINDS = {"workers_cpu_s": ProcessKind.PYSPARK_WORKER, "jvm_cpu_s": ProcessKind.SPARK_DRIVER_OF_COMMANDS,
+         "command_cpu_s": ProcessKind.ZKLEDGER_COMMAND}
+_TRIGGER = re.compile(r"stateful query batch \d+ done: \d+ rows in ([\d.]+) s")
+
+
+def query_seconds(log_text: str) -> float:
+    """The rebuild's micro-batches' wall time, summed (each one's ``triggerExecution`` in its ``-v`` line)."""
+    return round(sum(float(m[1]) for ln in batch_lines(log_text) if (m := _TRIGGER.match(ln))), 2)
+
+
+def threshold_conf(path: Path, threshold: int) -> Path:
+    path.write_text(f'[spark.extra]\n"{MMAP_THRESHOLD_CONF}" = "{threshold}"\n')
+    return path
+
+
+def rebuild_cost(lake_dir: Path, conf: Path, log_to: Path) -> dict[str, float]:
+    """`zkledger rebuild` of ``lake_dir`` with ``conf``, in a process of its own: its query's time and its tree's
+    CPU by kind."""
+    sampler = Sampler()
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.5):
+            sampler.sample()
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    with log_to.open("wb") as out:
+        rc = subprocess.run([sys.executable, "-m", "zkledger.cli", "--conf", str(conf), "--lake", str(lake_dir),
+                             "--cluster", "bench", "-v", "rebuild"], stdout=out, stderr=subprocess.STDOUT).returncode
+    stop.set()
+    watcher.join()
+    sampler.sample()  # a process gone by now counts as last sampled (at most 0.5 s before it ended)
+    if rc != 0:
+        raise SystemExit(f"rebuild of {lake_dir} failed (rc {rc}); see {log_to}")
+    totals = sampler.by_kind()
+    return {"query_s": query_seconds(log_to.read_text(errors="replace")),
+            **{name: round(totals.get(kind, (0, 0.0))[1], 1) for name, kind in KINDS.items()}}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    thresholds = list(dict.fromkeys(args.thresholds))
+    t = Timer()
+    rounds: list[dict[int, dict[str, float]]] = []
+    with scratch(args) as work:
+        with t.phase("generate"):
+            lake_dir = offline_history(work / "lake", args.events, args.partitions).root
+        confs = {th: threshold_conf(work / f"mmap-{th}.toml", th) for th in thresholds}
+        for i in range(args.repeat):
+            order = thresholds if i % 2 == 0 else thresholds[::-1]
+            rounds.append({th: rebuild_cost(Path(lake_dir), confs[th], work / f"rebuild-{th}-{i}.log") for th in order})
+            log.info("round %d/%d: %s", i + 1, args.repeat, rounds[-1])
+    medians = {th: {k: round(statistics.median(r[th][k] for r in rounds), 2) for k in ("query_s", *KINDS)}
+               for th in thresholds}
+    base = medians[thresholds[0]]
+    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
+               f"median of {args.repeat} alternating rounds; baseline the threshold {thresholds[0]:,} B"]
+    for th in thresholds:
+        m = medians[th]
+        summary.append(f"  MALLOC_MMAP_THRESHOLD_={th:>10,}: query {m['query_s']:.1f} s "
+                       f"({ratio(base['query_s'], m['query_s'])}x the baseline's speed); PySpark workers "
+                       f"{m['workers_cpu_s']:.1f} CPU-s ({ratio(m['workers_cpu_s'], base['workers_cpu_s'])}x), "
+                       f"JVM {m['jvm_cpu_s']:.1f}, command {m['command_cpu_s']:.1f}")
+    return {"benchmark": NAME, "machine": machine(),
+            "params": {"events": args.events, "partitions": args.partitions, "thresholds": thresholds,
+                       "repeat": args.repeat, "shipped": int(WORKER_MMAP_THRESHOLD)},
+            "wall_s": t.wall, "rounds": [{str(k): v for k, v in r.items()} for r in rounds],
+            "medians": {str(k): v for k, v in medians.items()}, "summary": summary}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--events", type=int, default=1_000_000, help="bronze events (default 1,000,000)")
+    p.add_argument("--partitions", type=int, default=50_000, help="partitions (default 50,000)")
+    p.add_argument("--thresholds", type=int, nargs="+", default=[int(WORKER_MMAP_THRESHOLD), 4 * 1024 * 1024],
+                   help=f"bytes; the first is the baseline (default: the shipped {int(WORKER_MMAP_THRESHOLD):,}, "
+                        "then 4 MiB)")
+    p.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(NAME, parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
