@@ -298,7 +298,7 @@ def engine_batch_log(query_rows: int | None = None) -> Iterator[list[str]]:
         logger.setLevel(logging.INFO)
 
     def ours(line: str) -> bool:
-        m = _PROGRESS.match(line)
+        m = PROGRESS_LINE.match(line)
         return m is None or int(m[1]) == query_rows
 
     lines: list[str] = []
@@ -306,7 +306,7 @@ def engine_batch_log(query_rows: int | None = None) -> Iterator[list[str]]:
         yield lines
         deadline = time.monotonic() + 60
         while query_rows is not None and time.monotonic() < deadline and not any(
-                _PROGRESS.match(ln) and ours(ln) for ln in handler.lines):
+                PROGRESS_LINE.match(ln) and ours(ln) for ln in handler.lines):
             time.sleep(0.1)
     finally:
         logger.removeHandler(handler)
@@ -331,14 +331,16 @@ def batch_lines(text: str) -> list[str]:
     return [ln[ln.index(BATCH_LINE):] for ln in text.splitlines() if BATCH_LINE in ln]
 
 
-_PROGRESS = re.compile(r"stateful query batch \d+ done: (\d+) rows in ([\d.]+) s")
+PROGRESS_LINE = re.compile(r"stateful query batch \d+ done: (\d+) rows in ([\d.]+) s")
+"""The engine's line at the end of each micro-batch (``engine.stateful.ProgressLog``): its rows and its
+``triggerExecution`` seconds."""
 _SINK = re.compile(r"stateful query batch \d+: ([\d.]+) s \((.*)\)")
 
 
 def batch_medians(lines: list[str]) -> dict[str, Any]:
     """Medians over the micro-batches with input: the trigger's wall time (Spark's ``triggerExecution``), and the
     sink's time with each of its phases ("query and files", "commits")."""
-    triggers = [float(m[2]) for ln in lines if (m := _PROGRESS.match(ln)) and int(m[1]) > 0]
+    triggers = [float(m[2]) for ln in lines if (m := PROGRESS_LINE.match(ln)) and int(m[1]) > 0]
     sinks: dict[str, list[float]] = {}
     for ln in lines:
         if m := _SINK.match(ln):

@@ -170,6 +170,7 @@ def _suite_cpu(r: Result) -> list[Row]:
              ", ".join(f"{k['share']:.0%}" for k in kinds) + f"; {(busy - r['attributed_cpu_s']) / busy:.0%} not "
              "attributed")]
 
+
 def _worker_allocator(r: Result) -> list[Row]:
     p, m = r["params"], r["medians"]
     base, *others = (str(t) for t in p["thresholds"])

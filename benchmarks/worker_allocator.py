@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    PROGRESS_LINE,
     Timer,
     base_parser,
     batch_lines,
@@ -36,19 +36,18 @@ from benchmarks.common import (
 )
 from benchmarks.suite_cpu import ProcessKind, Sampler
 from services.spark_session import WORKER_MMAP_THRESHOLD
+from services.spark_session import WORKER_MMAP_THRESHOLD_CONF as MMAP_THRESHOLD_CONF
 
 log = logging.getLogger(__name__)
 
 NAME = "worker_allocator"
-MMAP_THRESHOLD_CONF = "spark.executorEnv.MALLOC_MMAP_THRESHOLD_"
 KINDS = {"workers_cpu_s": ProcessKind.PYSPARK_WORKER, "jvm_cpu_s": ProcessKind.SPARK_DRIVER_OF_COMMANDS,
          "command_cpu_s": ProcessKind.ZKLEDGER_COMMAND}
-_TRIGGER = re.compile(r"stateful query batch \d+ done: \d+ rows in ([\d.]+) s")
 
 
 def query_seconds(log_text: str) -> float:
     """The rebuild's micro-batches' wall time, summed (each one's ``triggerExecution`` in its ``-v`` line)."""
-    return round(sum(float(m[1]) for ln in batch_lines(log_text) if (m := _TRIGGER.match(ln))), 2)
+    return round(sum(float(m[2]) for ln in batch_lines(log_text) if (m := PROGRESS_LINE.match(ln))), 2)
 
 
 def threshold_conf(path: Path, threshold: int) -> Path:

@@ -207,7 +207,7 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         # the Python workers' Arrow buffers from the C library's malloc, as the zkledger commands' own
         # (pipelines.parallel.use_system_allocator): decode and the fold took 9% less time in a rebuild
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": WORKER_ARROW_POOL,
-        "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD,
+        WORKER_MMAP_THRESHOLD_CONF: WORKER_MMAP_THRESHOLD,
     }
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         # launched by spark-submit, the jars come from its --jars/--packages (they must be on the JVM's
@@ -242,6 +242,7 @@ LOCAL_OFF_HEAP = "256m"
 """The execution memory of a ``local[*]`` session's tasks, off the JVM heap (``spark.memory.offHeap.size``)."""
 WORKER_ARROW_POOL = "system"
 """``ARROW_DEFAULT_MEMORY_POOL`` of the session's Python workers (``spark.executorEnv``)."""
+WORKER_MMAP_THRESHOLD_CONF = "spark.executorEnv.MALLOC_MMAP_THRESHOLD_"
 WORKER_MMAP_THRESHOLD = "131072"
 """``MALLOC_MMAP_THRESHOLD_`` of the session's Python workers: glibc otherwise raises its threshold each time a
 large block is freed and serves later ones from its heap, which a worker then keeps after its task (a worker's
