@@ -183,6 +183,16 @@ def _worker_allocator(r: Result) -> list[Row]:
              f"{fixed(m[t]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU") for t in others]
 
 
+def _query_listener(r: Result) -> list[Row]:
+    p, per, x = r["params"], r["cpu_s_per_event"], r["cpu_against_none"]
+    return [(f"a Python streaming-query listener: one query every {fixed(p['trigger_s'], 1)} s (a stateful count), "
+             f"{p['repeat']} alternating rounds of {fixed(p['seconds'], 0)} s, the driver's process tree against "
+             "the same round's run without a listener", "",
+             f"`engine.query_events.JsonQueryListener`: {fixed(x['json'], 2)}x the CPU",
+             f"PySpark's bridge: {fixed(x['pyspark'], 2)}x the CPU ({fixed(per['pyspark'], 3)} CPU-s per event)",
+             f"{fixed(per['pyspark'] - per['json'], 3)} CPU-s less per progress event")]
+
+
 # results file -> its rows, in the table's order
 ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "batch_rebuild": _batch_rebuild,
@@ -191,6 +201,7 @@ ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "stateful_query": _stateful_query,
     "fleet": _fleet,
     "microbatch_cost": _microbatch_cost,
+    "query_listener": _query_listener,
     "detection_latency": _detection_latency,
     "detection_latency_floor": _detection_latency_floor,
     "watch_snapshot": _watch_snapshot,

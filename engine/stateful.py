@@ -50,12 +50,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from engine.key_placement import place
 from engine.key_processor import PipelineProcessor
 from engine.key_steps import PACKED_IN
+from engine.query_events import JsonQueryListener
 from engine.stateful_sink import (
     DERIVED,
     WRITTEN,
@@ -262,11 +262,8 @@ def run_stateful_query(start: Callable[[], StreamingQuery],
             attempt += 1
 
 
-class ProgressLog(StreamingQueryListener):
+class ProgressLog(JsonQueryListener):
     """Each micro-batch as one INFO line: rows in, and where its time went (Spark's own phases)."""
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -274,12 +271,6 @@ class ProgressLog(StreamingQueryListener):
                            if k != "triggerExecution" and v >= 100)
         log.info("stateful query batch %d done: %d rows in %.1f s (%s)", progress.batchId, progress.numInputRows,
                  progress.durationMs.get("triggerExecution", 0) / 1000, phases)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 WRITER_FILE = "zkledger-writer"

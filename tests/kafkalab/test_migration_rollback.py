@@ -1,7 +1,7 @@
 """zkledger recording Kafka 3.9's documented rollback of a ZooKeeper -> KRaft migration after the brokers moved
 (`kafkalab.migration`), and the next attempt it sets up to fail.
 
-Three ZooKeeper-mode brokers with one topic; one KRaft controller in migration mode; the brokers rolled into
+Two ZooKeeper-mode brokers with two topics; one KRaft controller in migration mode; the brokers rolled into
 migration mode until the controller dual-writes, then to KRaft mode. Then the revert Kafka 3.9's ops.html gives for
 "Migrating brokers to KRaft" (`MigrationLab.rollback`): the brokers rolled back to ZooKeeper mode with the migration
 flag, the controller deprovisioned (stopped, its data deleted), ``/controller`` deleted with a plain ZooKeeper client
@@ -9,7 +9,7 @@ until a broker is elected, the brokers rolled to plain ZooKeeper mode; ``/migrat
 it. Last, a second attempt (`MigrationLab.start_next_attempt`): the controller formatted anew, the brokers rolled
 into migration mode until it claims ``/controller``; it takes the old ``/migration`` offset for a done load and
 skips it (KAFKA-17146). `zkledger migration --format json` judges the lake after the rollback and at the end.
-About 80 s for the file on two idle cores (seven rolls of three brokers), up to two minutes on shared cores.
+About 60 s for the file on two idle cores (five rolls of two brokers), up to two minutes on shared cores.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ from tests.kafkalab.lab_retry import twice_on_timeout
 
 P = MigrationPhase
 TOPICS: dict[str, dict[str, Any]] = {
-    "orders": {"num_partitions": 3, "replication_factor": 3},
+    "orders": {"num_partitions": 3, "replication_factor": 2},
     "payments": {"num_partitions": 2, "replication_factor": 2},
 }
 """Few and small: the rolls, not the data, are what this story is about."""
+BROKERS = 2
+"""Each of the story's five rolls restarts every broker: two are the fewest that still hand leadership over."""
 ROLLED_BACK, SECOND_ATTEMPT = "rolled_back", "second_attempt"
 
 
@@ -63,7 +65,7 @@ def rolled_back(tmp_path_factory: pytest.TempPathFactory, starts_kafka: None, st
 
 
 def roll_back(base: Path) -> RolledBack:
-    lab = MigrationLab(base, out=sys.stderr, topics=TOPICS, produce_count=20)
+    lab = MigrationLab(base, brokers_size=BROKERS, out=sys.stderr, topics=TOPICS, produce_count=20)
     judged: dict[str, dict[str, Any]] = {}
     with lab:
         brokers_to_kraft(lab)

@@ -154,7 +154,7 @@ class LakeWatch:
         self._read(count=False)
 
     def listen(self, spark: Any, query: Any) -> None:
-        from pyspark.sql.streaming.listener import StreamingQueryListener
+        from engine.query_events import JsonQueryListener
 
         watch = self
         self.query_id = str(query.id)  # a run started again from the checkpoint keeps the query's id
@@ -163,10 +163,7 @@ class LakeWatch:
             return
         self.listening = True
 
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
+        class Listener(JsonQueryListener):
             def onQueryProgress(self, event: Any) -> None:
                 watch.progressed(event.progress)
 
