@@ -54,8 +54,7 @@ def listeners() -> dict[str, Any]:
 
     def read(progress: Any) -> None:
         rows = sum(int(s.numInputRows) for s in progress.sources)
-        progress.durationMs.get("triggerExecution", 0)
-        log.debug("batch %d: %d rows", progress.batchId, rows)
+        log.debug("batch %d: %d rows in %d ms", progress.batchId, rows, progress.durationMs.get("triggerExecution", 0))
 
     class OnPySpark(StreamingQueryListener):
         events = 0
@@ -64,7 +63,7 @@ def listeners() -> dict[str, Any]:
             pass
 
         def onQueryProgress(self, event: Any) -> None:
-            type(self).events += 1
+            self.events += 1
             read(event.progress)
 
         def onQueryIdle(self, event: Any) -> None:
@@ -77,13 +76,15 @@ def listeners() -> dict[str, Any]:
         events = 0
 
         def onQueryProgress(self, event: Any) -> None:
-            type(self).events += 1
+            self.events += 1
             read(event.progress)
 
     return {PYSPARK: OnPySpark(), JSON: OnJson()}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
     from conf.settings import load_settings
     from services.spark_session import build_spark
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, dict[str, float]]] = []
     try:
         counts = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", args.rows_per_batch).load()
-                  .groupBy((spark_col("value") % 1000).alias("key")).count())
+                  .groupBy((F.col("value") % 1000).alias("key")).count())
         query = (counts.writeStream.format("noop").outputMode("update").trigger(processingTime=f"{args.trigger} seconds")
                  .start())
         time.sleep(args.warmup)
@@ -137,12 +138,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "rows_per_batch": args.rows_per_batch, "warmup_s": args.warmup},
             "wall_s": t.wall, "rounds": rounds, "cpu_s_per_event": per_event,
             "cpu_against_none": against_none, "summary": summary}
-
-
-def spark_col(name: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.col(name)
 
 
 def _last_batch(query: Any) -> int:
