@@ -226,6 +226,8 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         conf["spark.memory.offHeap.enabled"] = "true"
         conf["spark.memory.offHeap.size"] = LOCAL_OFF_HEAP
         conf["spark.driver.maxResultSize"] = "4g"
+        if Path(__file__).is_file():  # the workers import it as the driver did (not from a --py-files archive)
+            conf["spark.python.daemon.module"] = WORKER_DAEMON
     conf.update(settings.spark.extra)
     return conf
 
@@ -236,6 +238,9 @@ def _set_worker_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+WORKER_DAEMON = "services.worker_daemon"
+"""The Python workers' daemon of a local session (``spark.python.daemon.module``): PySpark's, less its per-task
+costs that do not follow the work."""
 LOCAL_DRIVER_MEMORY = "1g"
 """The JVM heap of a ``local[*]`` session, which runs the executors' tasks too (``spark.driver.memory``)."""
 LOCAL_OFF_HEAP = "256m"

@@ -148,3 +148,33 @@ def test_a_local_session_s_jvm_heap_is_capped_at_the_local_driver_memory(spark: 
     assert runtime.maxMemory() <= 2 * 1024 ** 3
     raised = spark_conf(load_settings(overrides={"spark.extra": {"spark.driver.memory": "3g"}}))
     assert raised["spark.driver.memory"] == "3g" != LOCAL_DRIVER_MEMORY
+
+
+def test_the_python_workers_import_the_installed_packages_and_collect_only_their_task_s_objects(spark: object) -> None:
+    """A local session's workers come from ``services.worker_daemon``: no archive of the installed pyspark on
+    their path (each task would read its directory again), and the modules imported before the fork frozen out
+    of the collector that runs after every task."""
+    from collections.abc import Iterator
+
+    import pyarrow as pa
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from services.spark_session import WORKER_DAEMON
+
+    def worker_imports(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import gc
+        import sys
+
+        import pyspark as worker_pyspark
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pylist([{"archives": sum(p.endswith("pyspark.zip") for p in sys.path),
+                                           "pyspark": worker_pyspark.__file__, "frozen": gc.get_freeze_count()}])
+
+    assert isinstance(spark, SparkSession)
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == WORKER_DAEMON
+    rows = spark.range(2, numPartitions=2).mapInArrow(worker_imports, "archives long, pyspark string, frozen long").collect()
+    assert {(r["archives"], r["pyspark"]) for r in rows} == {(0, pyspark.__file__)}
+    assert min(r["frozen"] for r in rows) > 10_000
