@@ -183,6 +183,19 @@ def _worker_allocator(r: Result) -> list[Row]:
              f"{fixed(m[t]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU") for t in others]
 
 
+def _worker_daemon(r: Result) -> list[Row]:
+    p, m = r["params"], r["medians"]
+    base, ours = p["daemons"]
+    return [(f"the Python workers' daemon: `zkledger rebuild` of {p['events']:,} events over {p['partitions']:,} "
+             f"partitions, one process per run (median of {p['repeat']} alternating rounds)", "",
+             f"`{ours}`: query {fixed(m[ours]['query_s'], 1)} s; PySpark workers "
+             f"{fixed(m[ours]['workers_cpu_s'], 1)} CPU-s",
+             f"PySpark's `{base}`, same rounds: query {fixed(m[base]['query_s'], 1)} s; PySpark workers "
+             f"{fixed(m[base]['workers_cpu_s'], 1)} CPU-s",
+             f"{fixed(m[base]['query_s'] / m[ours]['query_s'], 2)}x the speed; "
+             f"{fixed(m[ours]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU")]
+
+
 def _query_listener(r: Result) -> list[Row]:
     p, per, x = r["params"], r["cpu_s_per_event"], r["cpu_against_none"]
     return [(f"a Python streaming-query listener: one query every {fixed(p['trigger_s'], 1)} s (a stateful count), "
@@ -198,6 +211,7 @@ ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "batch_rebuild": _batch_rebuild,
     "driver_memory": _driver_memory,
     "worker_allocator": _worker_allocator,
+    "worker_daemon": _worker_daemon,
     "stateful_query": _stateful_query,
     "fleet": _fleet,
     "microbatch_cost": _microbatch_cost,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conf.settings import load_settings
-from services.spark_session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, spark_conf
+from services.spark_session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, WORKER_DAEMON, spark_conf
 
 pytestmark = pytest.mark.spark
 
@@ -62,6 +62,14 @@ def test_extra_conf_from_settings_wins() -> None:
     conf = spark_conf(settings)
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris" and conf["x.y"] == "1"
     assert conf["spark.pyspark.python"] == sys.executable
+
+
+def test_a_local_session_s_workers_fork_from_the_project_s_daemon_unless_the_settings_say_otherwise() -> None:
+    """On a cluster the executors may not import zkledger before a task ships it (``--py-files``)."""
+    assert spark_conf(load_settings(), "local[2]")["spark.python.daemon.module"] == WORKER_DAEMON
+    assert "spark.python.daemon.module" not in spark_conf(load_settings(), "spark://master:7077")
+    pyspark_s = load_settings(overrides={"spark.extra": {"spark.python.daemon.module": "pyspark.daemon"}})
+    assert spark_conf(pyspark_s, "local[2]")["spark.python.daemon.module"] == "pyspark.daemon"
 
 
 def test_the_driver_jvm_unloads_generated_code_without_a_full_gc_pause(spark: object) -> None:
@@ -159,8 +167,6 @@ def test_the_python_workers_import_the_installed_packages_and_collect_only_their
     import pyarrow as pa
     import pyspark
     from pyspark.sql import SparkSession
-
-    from services.spark_session import WORKER_DAEMON
 
     def worker_imports(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import gc

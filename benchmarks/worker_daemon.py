@@ -1,0 +1,82 @@
+"""The Python workers' daemon against a rebuild's time and CPU: PySpark's own against ``services.worker_daemon``.
+
+    python -m benchmarks.worker_daemon [--events 1000000] [--partitions 50000] [--repeat 2]
+
+One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
+daemon (the order turns each round), each in a process of its own with the daemon set the way a user would set it:
+``"spark.python.daemon.module"`` under ``[spark.extra]``. Of each run, as ``benchmarks.worker_allocator`` measures
+it: the query's time (its micro-batches' ``triggerExecution``, summed) and the CPU-seconds of its process tree by
+kind. The baseline is PySpark's daemon (``pyspark.daemon``) in the same rounds; medians count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Timer, base_parser, machine, offline_history, ratio, run_main, scratch
+from benchmarks.worker_allocator import KINDS, rebuild_cost
+from services.spark_session import WORKER_DAEMON
+
+log = logging.getLogger(__name__)
+
+NAME = "worker_daemon"
+DAEMON_CONF = "spark.python.daemon.module"
+PYSPARK_DAEMON = "pyspark.daemon"
+DAEMONS = (PYSPARK_DAEMON, WORKER_DAEMON)
+"""The baseline first."""
+
+
+def daemon_conf(path: Path, module: str) -> Path:
+    path.write_text(f'[spark.extra]\n"{DAEMON_CONF}" = "{module}"\n')
+    return path
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t = Timer()
+    rounds: list[dict[str, dict[str, float]]] = []
+    with scratch(args) as work:
+        with t.phase("generate"):
+            lake_dir = Path(offline_history(work / "lake", args.events, args.partitions).root)
+        # files named apart from their module: a command line naming pyspark.daemon is a worker's to the sampler
+        confs = {d: daemon_conf(work / f"daemon-{i}.toml", d) for i, d in enumerate(DAEMONS)}
+        for i in range(args.repeat):
+            order = DAEMONS if i % 2 == 0 else DAEMONS[::-1]
+            rounds.append({d: rebuild_cost(lake_dir, confs[d], work / f"rebuild-{DAEMONS.index(d)}-{i}.log")
+                           for d in order})
+            log.info("round %d/%d: %s", i + 1, args.repeat, rounds[-1])
+    medians = {d: {k: round(statistics.median(r[d][k] for r in rounds), 2) for k in ("query_s", *KINDS)}
+               for d in DAEMONS}
+    base = medians[PYSPARK_DAEMON]
+    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
+               f"median of {args.repeat} alternating rounds; baseline PySpark's daemon"]
+    for d in DAEMONS:
+        m = medians[d]
+        summary.append(f"  {d:>22}: query {m['query_s']:.1f} s ({ratio(base['query_s'], m['query_s'])}x the "
+                       f"baseline's speed); PySpark workers {m['workers_cpu_s']:.1f} CPU-s "
+                       f"({ratio(m['workers_cpu_s'], base['workers_cpu_s'])}x), JVM {m['jvm_cpu_s']:.1f}, "
+                       f"command {m['command_cpu_s']:.1f}")
+    return {"benchmark": NAME, "machine": machine(),
+            "params": {"events": args.events, "partitions": args.partitions, "daemons": list(DAEMONS),
+                       "repeat": args.repeat},
+            "wall_s": t.wall, "rounds": rounds, "medians": medians, "summary": summary}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--events", type=int, default=1_000_000, help="bronze events (default 1,000,000)")
+    p.add_argument("--partitions", type=int, default=50_000, help="partitions (default 50,000)")
+    p.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(NAME, parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
