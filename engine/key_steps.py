@@ -53,7 +53,6 @@ class KeySteps:
                  bucket_parts: dict[str, Any], cluster_state: Any, kraft_image: Any) -> None:
         self.kafka_version, self.offline_blip, self.lake_root = kafka_version, offline_blip, lake_root
         self.bucket_parts, self.cluster_state, self.kraft_image = bucket_parts, cluster_state, kraft_image
-        self.unset: set[str] = set()  # the bucket parts read in this step that were not stored
 
     def run(self, cluster: str, bucket: int, rows: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         blobs: dict[StreamPart, list[pa.Table]] = {}
@@ -86,13 +85,10 @@ class KeySteps:
                     for name, table in changed.items():
                         self.bucket_parts[name].update((ipc_bytes(table),))
                     return
-            self.unset.clear()
             carried = self._bucket_state()
             out, after = step_key(cluster, bucket, parts, carried, self.kafka_version, self.offline_blip)
             for name, value in self.bucket_parts.items():
-                # the step returns untouched parts as they were; an unset one is stored once (Spark's state
-                # server logs a warning for each read of an unset value)
-                if getattr(after, name) is not getattr(carried, name) or name in self.unset:
+                if getattr(after, name) is not getattr(carried, name):  # the step returns untouched parts as they were
                     value.update((ipc_bytes(getattr(after, name)),))
         tables = [(name, rows) for name, rows in out.items() if rows.num_rows]
         if not tables:
@@ -112,10 +108,7 @@ class KeySteps:
 
     def _bucket_part(self, name: str) -> pa.Table:
         stored = self.bucket_parts[name].get()
-        if not stored:
-            self.unset.add(name)
-            return getattr(_EMPTY_BUCKET, name)
-        return ipc_table(stored[0])
+        return ipc_table(stored[0]) if stored else getattr(_EMPTY_BUCKET, name)
 
     def _bucket_state(self) -> BucketState:
         return BucketState(**{name: self._bucket_part(name) for name in self.bucket_parts})
