@@ -20,8 +20,9 @@ import statistics
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.common import (
     PROGRESS_LINE,
@@ -40,6 +41,7 @@ from services.spark_session import WORKER_MMAP_THRESHOLD_CONF as MMAP_THRESHOLD_
 
 log = logging.getLogger(__name__)
 
+K = TypeVar("K")
 NAME = "worker_allocator"
 KINDS = {"workers_cpu_s": ProcessKind.PYSPARK_WORKER, "jvm_cpu_s": ProcessKind.SPARK_DRIVER_OF_COMMANDS,
          "command_cpu_s": ProcessKind.ZKLEDGER_COMMAND}
@@ -80,20 +82,32 @@ def rebuild_cost(lake_dir: Path, conf: Path, log_to: Path) -> dict[str, float]:
             **{name: round(totals.get(kind, (0, 0.0))[1], 1) for name, kind in KINDS.items()}}
 
 
+def alternating_rebuilds(args: argparse.Namespace, confs: Callable[[Path], dict[K, Path]],
+                         t: Timer) -> tuple[list[dict[K, dict[str, float]]], dict[K, dict[str, float]]]:
+    """One history of ``args.events`` over ``args.partitions``; then ``args.repeat`` rounds of `rebuild_cost`
+    once per settings file (``confs`` writes them into the work folder; the order turns each round). Returns the
+    rounds and each file's medians."""
+    rounds: list[dict[K, dict[str, float]]] = []
+    with scratch(args) as work:
+        with t.phase("generate"):
+            lake_dir = Path(offline_history(work / "lake", args.events, args.partitions).root)
+        files = confs(work)
+        names = list(files)
+        for i in range(args.repeat):
+            order = names if i % 2 == 0 else names[::-1]
+            rounds.append({n: rebuild_cost(lake_dir, files[n], work / f"rebuild-{names.index(n)}-{i}.log")
+                           for n in order})
+            log.info("round %d/%d: %s", i + 1, args.repeat, rounds[-1])
+    medians = {n: {k: round(statistics.median(r[n][k] for r in rounds), 2) for k in ("query_s", *KINDS)}
+               for n in names}
+    return rounds, medians
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     thresholds = list(dict.fromkeys(args.thresholds))
     t = Timer()
-    rounds: list[dict[int, dict[str, float]]] = []
-    with scratch(args) as work:
-        with t.phase("generate"):
-            lake_dir = offline_history(work / "lake", args.events, args.partitions).root
-        confs = {th: threshold_conf(work / f"mmap-{th}.toml", th) for th in thresholds}
-        for i in range(args.repeat):
-            order = thresholds if i % 2 == 0 else thresholds[::-1]
-            rounds.append({th: rebuild_cost(Path(lake_dir), confs[th], work / f"rebuild-{th}-{i}.log") for th in order})
-            log.info("round %d/%d: %s", i + 1, args.repeat, rounds[-1])
-    medians = {th: {k: round(statistics.median(r[th][k] for r in rounds), 2) for k in ("query_s", *KINDS)}
-               for th in thresholds}
+    rounds, medians = alternating_rebuilds(
+        args, lambda work: {th: threshold_conf(work / f"mmap-{th}.toml", th) for th in thresholds}, t)
     base = medians[thresholds[0]]
     summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
                f"median of {args.repeat} alternating rounds; baseline the threshold {thresholds[0]:,} B"]

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Timer, base_parser, machine, offline_history, ratio, run_main, scratch
-from benchmarks.worker_allocator import KINDS, rebuild_cost
+from benchmarks.common import Timer, base_parser, machine, ratio, run_main
+from benchmarks.worker_allocator import alternating_rebuilds
 from services.spark_session import WORKER_DAEMON
 
 log = logging.getLogger(__name__)
@@ -38,19 +37,9 @@ def daemon_conf(path: Path, module: str) -> Path:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     t = Timer()
-    rounds: list[dict[str, dict[str, float]]] = []
-    with scratch(args) as work:
-        with t.phase("generate"):
-            lake_dir = Path(offline_history(work / "lake", args.events, args.partitions).root)
-        # files named apart from their module: a command line naming pyspark.daemon is a worker's to the sampler
-        confs = {d: daemon_conf(work / f"daemon-{i}.toml", d) for i, d in enumerate(DAEMONS)}
-        for i in range(args.repeat):
-            order = DAEMONS if i % 2 == 0 else DAEMONS[::-1]
-            rounds.append({d: rebuild_cost(lake_dir, confs[d], work / f"rebuild-{DAEMONS.index(d)}-{i}.log")
-                           for d in order})
-            log.info("round %d/%d: %s", i + 1, args.repeat, rounds[-1])
-    medians = {d: {k: round(statistics.median(r[d][k] for r in rounds), 2) for k in ("query_s", *KINDS)}
-               for d in DAEMONS}
+    # files named apart from their module: a command line naming pyspark.daemon is a worker's to the sampler
+    rounds, medians = alternating_rebuilds(
+        args, lambda work: {d: daemon_conf(work / f"daemon-{i}.toml", d) for i, d in enumerate(DAEMONS)}, t)
     base = medians[PYSPARK_DAEMON]
     summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
                f"median of {args.repeat} alternating rounds; baseline PySpark's daemon"]

@@ -16,6 +16,7 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -58,12 +59,22 @@ class ZooKeeperSettings:
         return [(self.auth_scheme, self.auth_credential)] if self.auth_scheme else []
 
 
+class LocalCompiler(StrEnum):
+    """The JIT compilers of a local session's JVM (``spark.local_compiler``)."""
+
+    C1 = "c1"
+    """C1 alone: compiles quickly; a local session's work is mostly in its Python workers."""
+    C2 = "c2"
+    """The JVM's default tiers: C1, then C2 for the hottest code."""
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     master: str
     app_name: str
     shuffle_partitions: int
     log_level: str
+    local_compiler: str
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -141,6 +152,7 @@ _CHECKS: Mapping[str, Check] = MappingProxyType({
     "spark.app_name": (lambda v: v != "", "a non-empty name"),
     "spark.shuffle_partitions": (lambda v: v > 0, "a positive integer"),
     "spark.log_level": (lambda v: v.upper() in _LOG_LEVELS, "one of " + ", ".join(sorted(_LOG_LEVELS))),
+    "spark.local_compiler": (lambda v: v in set(LocalCompiler), " or ".join(repr(str(c)) for c in LocalCompiler)),
     "streaming.trigger_seconds": (lambda v: v > 0, "a positive number"),
     "streaming.max_files_per_trigger": (lambda v: v > 0, "a positive integer"),
     "pipeline.buckets": (lambda v: v > 0, "a positive integer"),

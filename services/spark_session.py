@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conf.settings import Settings
+from conf.settings import LocalCompiler, Settings
 from services.errors import UserError
 from services.jvm import DELTA, installed_jars
 
@@ -166,6 +166,8 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
     # executors on other hosts keep logging to their stderr (their worker's log): the lake's path is the driver's
     local = (master or settings.spark.master).startswith("local")
     executor_opts = java_opts if local else f"-Dlog4j2.configurationFile=file:{_log4j2_file(level, None)} {jvm_opts}"
+    if local:
+        java_opts += LOCAL_COMPILER_OPTS[LocalCompiler(settings.spark.local_compiler)]
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
@@ -240,6 +242,8 @@ def _set_worker_environment() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+LOCAL_COMPILER_OPTS = {LocalCompiler.C1: " -XX:TieredStopAtLevel=1", LocalCompiler.C2: ""}
+"""The driver's JVM options of a local session per ``spark.local_compiler``."""
 WORKER_DAEMON = "services.worker_daemon"
 """The Python workers' daemon of a local session (``spark.python.daemon.module``): PySpark's, less its per-task
 costs that do not follow the work."""

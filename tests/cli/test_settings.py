@@ -94,6 +94,7 @@ def test_deep_merge_does_not_mutate_inputs() -> None:
         ('[zookeeper]\nauth_scheme = "sasl"', "conf: zookeeper.auth_scheme must be '' or 'digest', got 'sasl'"),
         ("[streaming]\ntrigger_seconds = -1", "conf: streaming.trigger_seconds must be a positive number, got -1"),
         ("[pipeline]\nbuckets = 0", "conf: pipeline.buckets must be a positive integer, got 0"),
+        ('[spark]\nlocal_compiler = "c3"', "conf: spark.local_compiler must be 'c1' or 'c2', got 'c3'"),
         # keys of the removed in-process engine: an old conf file fails loudly rather than being half-applied
         ('[pipeline]\nengine = "stateful"', "conf: unknown key pipeline.engine"),
         ("[pipeline]\nlocal_max_rows = 0", "conf: unknown key pipeline.local_max_rows"),

@@ -64,6 +64,22 @@ def test_extra_conf_from_settings_wins() -> None:
     assert conf["spark.pyspark.python"] == sys.executable
 
 
+def test_a_local_session_s_jvm_compiles_with_the_settings_compilers_and_a_cluster_s_with_the_jvm_s() -> None:
+    c1, c2 = ({k: v for k, v in spark_conf(load_settings(overrides={"spark.local_compiler": c}), master).items()
+               if k.endswith("extraJavaOptions")} for c, master in (("c1", "local[2]"), ("c2", "local[2]")))
+    assert c1["spark.driver.extraJavaOptions"].endswith(" -XX:TieredStopAtLevel=1")
+    assert "TieredStopAtLevel" not in c2["spark.driver.extraJavaOptions"]
+    assert "TieredStopAtLevel" not in " ".join(spark_conf(load_settings(), "spark://master:7077").values())
+
+
+def test_the_local_session_s_jvm_runs_c1_alone(spark: object) -> None:
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    assert "-XX:TieredStopAtLevel=1" in list(management.getRuntimeMXBean().getInputArguments())
+
+
 def test_a_local_session_s_workers_fork_from_the_project_s_daemon_unless_the_settings_say_otherwise() -> None:
     """On a cluster the executors may not import zkledger before a task ships it (``--py-files``)."""
     assert spark_conf(load_settings(), "local[2]")["spark.python.daemon.module"] == WORKER_DAEMON

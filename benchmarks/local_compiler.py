@@ -1,0 +1,68 @@
+"""A local session's JIT compilers against a rebuild's time and CPU: the JVM's default tiers against C1 alone.
+
+    python -m benchmarks.local_compiler [--events 1000000] [--partitions 50000] [--repeat 2]
+
+One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
+``spark.local_compiler`` setting (the order turns each round), each in a process of its own with the setting in
+a settings file, as a user would set it. Of each run, as ``benchmarks.worker_allocator`` measures it: the query's
+time (its micro-batches' ``triggerExecution``, summed) and the CPU-seconds of its process tree by kind (the
+driver's JVM is where the compilers run). The baseline is ``c2`` (C1, then C2 for the hottest code) in the same
+rounds; medians count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Timer, base_parser, machine, ratio, run_main
+from benchmarks.worker_allocator import alternating_rebuilds
+from conf.settings import LocalCompiler
+
+log = logging.getLogger(__name__)
+
+NAME = "local_compiler"
+COMPILERS = (LocalCompiler.C2, LocalCompiler.C1)
+"""The baseline (the JVM's default tiers) first."""
+
+
+def compiler_conf(path: Path, compiler: LocalCompiler) -> Path:
+    path.write_text(f'[spark]\nlocal_compiler = "{compiler}"\n')
+    return path
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t = Timer()
+    rounds, medians = alternating_rebuilds(
+        args, lambda work: {str(c): compiler_conf(work / f"compiler-{c}.toml", c) for c in COMPILERS}, t)
+    base = medians[str(COMPILERS[0])]
+    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
+               f"median of {args.repeat} alternating rounds; baseline the JVM's default tiers (c2)"]
+    for c in map(str, COMPILERS):
+        m = medians[c]
+        summary.append(f"  {c}: query {m['query_s']:.1f} s ({ratio(base['query_s'], m['query_s'])}x the baseline's "
+                       f"speed); the driver's JVM {m['jvm_cpu_s']:.1f} CPU-s ({ratio(m['jvm_cpu_s'], base['jvm_cpu_s'])}x), "
+                       f"PySpark workers {m['workers_cpu_s']:.1f}, command {m['command_cpu_s']:.1f}")
+    return {"benchmark": NAME, "machine": machine(),
+            "params": {"events": args.events, "partitions": args.partitions, "compilers": list(map(str, COMPILERS)),
+                       "repeat": args.repeat},
+            "wall_s": t.wall, "rounds": rounds, "medians": medians, "summary": summary}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+    p.add_argument("--events", type=int, default=1_000_000, help="bronze events (default 1,000,000)")
+    p.add_argument("--partitions", type=int, default=50_000, help="partitions (default 50,000)")
+    p.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(NAME, parser(), run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
