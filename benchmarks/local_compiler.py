@@ -13,7 +13,6 @@ rounds; medians count.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ from typing import Any
 from benchmarks.common import Timer, base_parser, machine, ratio, run_main
 from benchmarks.worker_allocator import alternating_rebuilds
 from conf.settings import LocalCompiler
-
-log = logging.getLogger(__name__)
 
 NAME = "local_compiler"
 COMPILERS = (LocalCompiler.C2, LocalCompiler.C1)

@@ -12,26 +12,22 @@ kind. The baseline is PySpark's daemon (``pyspark.daemon``) in the same rounds; 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Timer, base_parser, machine, ratio, run_main
 from benchmarks.worker_allocator import alternating_rebuilds
-from services.spark_session import WORKER_DAEMON
-
-log = logging.getLogger(__name__)
+from services.spark_session import PYTHON_DAEMON_CONF, WORKER_DAEMON
 
 NAME = "worker_daemon"
-DAEMON_CONF = "spark.python.daemon.module"
 PYSPARK_DAEMON = "pyspark.daemon"
 DAEMONS = (PYSPARK_DAEMON, WORKER_DAEMON)
 """The baseline first."""
 
 
 def daemon_conf(path: Path, module: str) -> Path:
-    path.write_text(f'[spark.extra]\n"{DAEMON_CONF}" = "{module}"\n')
+    path.write_text(f'[spark.extra]\n"{PYTHON_DAEMON_CONF}" = "{module}"\n')
     return path
 
 

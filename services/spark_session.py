@@ -231,7 +231,7 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         conf["spark.memory.offHeap.size"] = LOCAL_OFF_HEAP
         conf["spark.driver.maxResultSize"] = "4g"
         if Path(__file__).is_file():  # the workers import it as the driver did (not from a --py-files archive)
-            conf["spark.python.daemon.module"] = WORKER_DAEMON
+            conf[PYTHON_DAEMON_CONF] = WORKER_DAEMON
     conf.update(settings.spark.extra)
     return conf
 
@@ -244,6 +244,7 @@ def _set_worker_environment() -> None:
 
 LOCAL_COMPILER_OPTS = {LocalCompiler.C1: " -XX:TieredStopAtLevel=1", LocalCompiler.C2: ""}
 """The driver's JVM options of a local session per ``spark.local_compiler``."""
+PYTHON_DAEMON_CONF = "spark.python.daemon.module"
 WORKER_DAEMON = "services.worker_daemon"
 """The Python workers' daemon of a local session (``spark.python.daemon.module``): PySpark's, less its per-task
 costs that do not follow the work."""

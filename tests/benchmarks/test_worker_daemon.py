@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.worker_daemon import DAEMON_CONF, DAEMONS, PYSPARK_DAEMON, daemon_conf
+from benchmarks.worker_daemon import DAEMONS, PYSPARK_DAEMON, daemon_conf
 from conf.settings import load_settings
-from services.spark_session import WORKER_DAEMON
+from services.spark_session import PYTHON_DAEMON_CONF, WORKER_DAEMON
 
 
 @pytest.mark.parametrize("module", DAEMONS)
 def test_a_daemon_file_sets_the_session_s_daemon_through_spark_extra(tmp_path: Path, module: str) -> None:
-    assert load_settings(daemon_conf(tmp_path / "daemon.toml", module)).spark.extra[DAEMON_CONF] == module
+    assert load_settings(daemon_conf(tmp_path / "daemon.toml", module)).spark.extra[PYTHON_DAEMON_CONF] == module
 
 
 def test_the_baseline_is_pyspark_s_daemon() -> None:

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from conf.settings import load_settings
-from services.spark_session import CHECKPOINT_FILE_MANAGER, ROCKSDB_PROVIDER, WORKER_DAEMON, spark_conf
+from services.spark_session import (
+    CHECKPOINT_FILE_MANAGER,
+    PYTHON_DAEMON_CONF,
+    ROCKSDB_PROVIDER,
+    WORKER_DAEMON,
+    spark_conf,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -65,10 +71,12 @@ def test_extra_conf_from_settings_wins() -> None:
 
 
 def test_a_local_session_s_jvm_compiles_with_the_settings_compilers_and_a_cluster_s_with_the_jvm_s() -> None:
-    c1, c2 = ({k: v for k, v in spark_conf(load_settings(overrides={"spark.local_compiler": c}), master).items()
-               if k.endswith("extraJavaOptions")} for c, master in (("c1", "local[2]"), ("c2", "local[2]")))
-    assert c1["spark.driver.extraJavaOptions"].endswith(" -XX:TieredStopAtLevel=1")
-    assert "TieredStopAtLevel" not in c2["spark.driver.extraJavaOptions"]
+    def driver_opts(compiler: str) -> str:
+        settings = load_settings(overrides={"spark.local_compiler": compiler})
+        return spark_conf(settings, "local[2]")["spark.driver.extraJavaOptions"]
+
+    assert driver_opts("c1").endswith(" -XX:TieredStopAtLevel=1")
+    assert "TieredStopAtLevel" not in driver_opts("c2")
     assert "TieredStopAtLevel" not in " ".join(spark_conf(load_settings(), "spark://master:7077").values())
 
 
@@ -82,10 +90,10 @@ def test_the_local_session_s_jvm_runs_c1_alone(spark: object) -> None:
 
 def test_a_local_session_s_workers_fork_from_the_project_s_daemon_unless_the_settings_say_otherwise() -> None:
     """On a cluster the executors may not import zkledger before a task ships it (``--py-files``)."""
-    assert spark_conf(load_settings(), "local[2]")["spark.python.daemon.module"] == WORKER_DAEMON
-    assert "spark.python.daemon.module" not in spark_conf(load_settings(), "spark://master:7077")
-    pyspark_s = load_settings(overrides={"spark.extra": {"spark.python.daemon.module": "pyspark.daemon"}})
-    assert spark_conf(pyspark_s, "local[2]")["spark.python.daemon.module"] == "pyspark.daemon"
+    assert spark_conf(load_settings(), "local[2]")[PYTHON_DAEMON_CONF] == WORKER_DAEMON
+    assert PYTHON_DAEMON_CONF not in spark_conf(load_settings(), "spark://master:7077")
+    pyspark_s = load_settings(overrides={"spark.extra": {PYTHON_DAEMON_CONF: "pyspark.daemon"}})
+    assert spark_conf(pyspark_s, "local[2]")[PYTHON_DAEMON_CONF] == "pyspark.daemon"
 
 
 def test_the_driver_jvm_unloads_generated_code_without_a_full_gc_pause(spark: object) -> None:
@@ -196,7 +204,7 @@ def test_the_python_workers_import_the_installed_packages_and_collect_only_their
                                            "pyspark": worker_pyspark.__file__, "frozen": gc.get_freeze_count()}])
 
     assert isinstance(spark, SparkSession)
-    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == WORKER_DAEMON
+    assert spark.sparkContext.getConf().get(PYTHON_DAEMON_CONF) == WORKER_DAEMON
     rows = spark.range(2, numPartitions=2).mapInArrow(worker_imports, "archives long, pyspark string, frozen long").collect()
     assert {(r["archives"], r["pyspark"]) for r in rows} == {(0, pyspark.__file__)}
     assert min(r["frozen"] for r in rows) > 10_000
