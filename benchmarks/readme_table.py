@@ -183,30 +183,29 @@ def _worker_allocator(r: Result) -> list[Row]:
              f"{fixed(m[t]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU") for t in others]
 
 
-def _worker_daemon(r: Result) -> list[Row]:
+def _rebuild_pair(r: Result, variants: str, what: str, ours: str, base: str, cpu: str, cpu_name: str,
+                  cpu_ratio: str) -> list[Row]:
+    """The row of a two-way `worker_allocator.alternating_rebuilds` comparison: ``r["params"][variants]`` names the
+    baseline, then the shipped setting; ``ours`` and ``base`` label them (``{}``: the name), ``cpu`` is the CPU kind
+    the row reports (``cpu_name`` its figures, ``cpu_ratio`` its ratio)."""
     p, m = r["params"], r["medians"]
-    base, ours = p["daemons"]
-    return [(f"the Python workers' daemon: `zkledger rebuild` of {p['events']:,} events over {p['partitions']:,} "
-             f"partitions, one process per run (median of {p['repeat']} alternating rounds)", "",
-             f"`{ours}`: query {fixed(m[ours]['query_s'], 1)} s; PySpark workers "
-             f"{fixed(m[ours]['workers_cpu_s'], 1)} CPU-s",
-             f"PySpark's `{base}`, same rounds: query {fixed(m[base]['query_s'], 1)} s; PySpark workers "
-             f"{fixed(m[base]['workers_cpu_s'], 1)} CPU-s",
-             f"{fixed(m[base]['query_s'] / m[ours]['query_s'], 2)}x the speed; "
-             f"{fixed(m[ours]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU")]
+    b, o = p[variants]
+    return [(f"{what}: `zkledger rebuild` of {p['events']:,} events over {p['partitions']:,} partitions, one process "
+             f"per run (median of {p['repeat']} alternating rounds)", "",
+             f"{ours.format(o)}: query {fixed(m[o]['query_s'], 1)} s; {cpu_name} {fixed(m[o][cpu], 1)} CPU-s",
+             f"{base.format(b)}, same rounds: query {fixed(m[b]['query_s'], 1)} s; {cpu_name} {fixed(m[b][cpu], 1)} CPU-s",
+             f"{fixed(m[b]['query_s'] / m[o]['query_s'], 2)}x the speed; {fixed(m[o][cpu] / m[b][cpu], 2)}x {cpu_ratio}")]
+
+
+def _worker_daemon(r: Result) -> list[Row]:
+    return _rebuild_pair(r, "daemons", "the Python workers' daemon", "`{}`", "PySpark's `{}`", "workers_cpu_s",
+                         "PySpark workers", "the workers' CPU")
 
 
 def _local_compiler(r: Result) -> list[Row]:
-    p, m = r["params"], r["medians"]
-    base, ours = p["compilers"]
-    return [(f"a local session's JIT compilers: `zkledger rebuild` of {p['events']:,} events over "
-             f"{p['partitions']:,} partitions, one process per run (median of {p['repeat']} alternating rounds)", "",
-             f"`spark.local_compiler = \"{ours}\"`: query {fixed(m[ours]['query_s'], 1)} s; the driver's JVM "
-             f"{fixed(m[ours]['jvm_cpu_s'], 1)} CPU-s",
-             f"`\"{base}\"` (the JVM's default tiers), same rounds: query {fixed(m[base]['query_s'], 1)} s; the "
-             f"driver's JVM {fixed(m[base]['jvm_cpu_s'], 1)} CPU-s",
-             f"{fixed(m[base]['query_s'] / m[ours]['query_s'], 2)}x the speed; "
-             f"{fixed(m[ours]['jvm_cpu_s'] / m[base]['jvm_cpu_s'], 2)}x the JVM's CPU")]
+    return _rebuild_pair(r, "compilers", "a local session's JIT compilers", '`spark.local_compiler = "{}"`',
+                         '`"{}"` (the JVM\'s default tiers)', "jvm_cpu_s", "the driver's JVM",
+                         "the JVM's CPU")
 
 
 def _query_listener(r: Result) -> list[Row]:

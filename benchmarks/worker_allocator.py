@@ -124,14 +124,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "medians": {str(k): v for k, v in medians.items()}, "summary": summary}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
+def rebuild_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of a benchmark on `alternating_rebuilds`: the history's size and the rounds."""
+    p = base_parser(name, doc.splitlines()[0] if doc else name)
     p.add_argument("--events", type=int, default=1_000_000, help="bronze events (default 1,000,000)")
     p.add_argument("--partitions", type=int, default=50_000, help="partitions (default 50,000)")
+    p.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    p = rebuild_parser(NAME, __doc__)
     p.add_argument("--thresholds", type=int, nargs="+", default=[int(WORKER_MMAP_THRESHOLD), 4 * 1024 * 1024],
                    help=f"bytes; the first is the baseline (default: the shipped {int(WORKER_MMAP_THRESHOLD):,}, "
                         "then 4 MiB)")
-    p.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
     return p
 
 

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Timer, base_parser, machine, ratio, run_main
-from benchmarks.worker_allocator import alternating_rebuilds
+from benchmarks.common import Timer, machine, ratio, run_main
+from benchmarks.worker_allocator import alternating_rebuilds, rebuild_parser
 from services.spark_session import PYTHON_DAEMON_CONF, WORKER_DAEMON
 
 NAME = "worker_daemon"
@@ -52,11 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = base_parser(NAME, __doc__.splitlines()[0] if __doc__ else NAME)
-    p.add_argument("--events", type=int, default=1_000_000, help="bronze events (default 1,000,000)")
-    p.add_argument("--partitions", type=int, default=50_000, help="partitions (default 50,000)")
-    p.add_argument("--repeat", type=int, default=2, help="rounds (default 2)")
-    return p
+    return rebuild_parser(NAME, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
