@@ -55,9 +55,10 @@ def _batch_rebuild(r: Result) -> list[Row]:
 def _driver_memory(r: Result) -> list[Row]:
     runs = r["runs"]
     base = runs[0]
+    repeat = r["params"].get("repeat", 1)
     return [(f"peak memory of `zkledger rebuild` by history length ({sizes([x['events'] for x in runs])} events over "
              f"{r['params']['partitions']:,} partitions): the highest total resident set of its whole process tree "
-             f"(Python driver, JVM, Python workers), median of {r['params'].get('repeat', 1)}", "",
+             f"(Python driver, JVM, Python workers), {f'median of {repeat}' if repeat > 1 else 'one round'}", "",
              " / ".join(f"{x['tree_peak_mib']:,} MiB" for x in runs) + " ("
              + ", ".join(f"{x['micro_batches']} micro-batch{'es' * (x['micro_batches'] != 1)}" for x in runs) + ")",
              f"the {base['events']:,}-event rebuild, same run: {base['tree_peak_mib']:,} MiB",

@@ -1,7 +1,7 @@
 """The Python workers' mmap threshold against a rebuild's time and CPU: the shipped one against others.
 
     python -m benchmarks.worker_allocator [--events 1000000] [--partitions 50000]
-                                          [--thresholds 131072 4194304] [--repeat 2]
+                                          [--thresholds 1048576 131072 4194304] [--repeat 2]
 
 One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
 threshold (the order turns each round), each in a process of its own with the threshold set the way a user would
@@ -135,9 +135,10 @@ def rebuild_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
 
 def parser() -> argparse.ArgumentParser:
     p = rebuild_parser(NAME, __doc__)
-    p.add_argument("--thresholds", type=int, nargs="+", default=[int(WORKER_MMAP_THRESHOLD), 4 * 1024 * 1024],
+    p.add_argument("--thresholds", type=int, nargs="+",
+                   default=[int(WORKER_MMAP_THRESHOLD), 128 * 1024, 4 * 1024 * 1024],
                    help=f"bytes; the first is the baseline (default: the shipped {int(WORKER_MMAP_THRESHOLD):,}, "
-                        "then 4 MiB)")
+                        "then 128 KiB and 4 MiB)")
     return p
 
 

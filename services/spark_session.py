@@ -255,10 +255,12 @@ LOCAL_OFF_HEAP = "256m"
 WORKER_ARROW_POOL = "system"
 """``ARROW_DEFAULT_MEMORY_POOL`` of the session's Python workers (``spark.executorEnv``)."""
 WORKER_MMAP_THRESHOLD_CONF = "spark.executorEnv.MALLOC_MMAP_THRESHOLD_"
-WORKER_MMAP_THRESHOLD = "131072"
+WORKER_MMAP_THRESHOLD = "1048576"
 """``MALLOC_MMAP_THRESHOLD_`` of the session's Python workers: glibc otherwise raises its threshold each time a
 large block is freed and serves later ones from its heap, which a worker then keeps after its task (a worker's
-peak stays its resident size between micro-batches); fixed, every buffer of 128 KiB or more goes back at once."""
+peak stays its resident size between micro-batches); fixed, every buffer of 1 MiB or more goes back at once. A
+bucket's arrays (tens of thousands of events, a few hundred KiB each) stay below it: mapped afresh each time,
+they cost the fold half again its CPU in page faults (``benchmarks.worker_allocator``)."""
 JVM_MALLOC_ARENAS = "2"
 """``MALLOC_ARENA_MAX`` of the JVM a session starts: glibc gives each of its many threads a malloc arena of its
 own, which holds freed native memory (Arrow's buffers to and from the Python workers); two keep a rebuild's JVM
