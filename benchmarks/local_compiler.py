@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Timer, machine, ratio, run_main
-from benchmarks.worker_allocator import alternating_rebuilds, rebuild_parser
+from benchmarks.common import Timer, run_main
+from benchmarks.worker_allocator import alternating_rebuilds, comparison_result, rebuild_parser
 from conf.settings import LocalCompiler
 
 NAME = "local_compiler"
@@ -35,18 +35,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t = Timer()
     rounds, medians = alternating_rebuilds(
         args, lambda work: {str(c): compiler_conf(work / f"compiler-{c}.toml", c) for c in COMPILERS}, t)
-    base = medians[str(COMPILERS[0])]
-    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
-               f"median of {args.repeat} alternating rounds; baseline the JVM's default tiers (c2)"]
-    for c in map(str, COMPILERS):
-        m = medians[c]
-        summary.append(f"  {c}: query {m['query_s']:.1f} s ({ratio(base['query_s'], m['query_s'])}x the baseline's "
-                       f"speed); the driver's JVM {m['jvm_cpu_s']:.1f} CPU-s ({ratio(m['jvm_cpu_s'], base['jvm_cpu_s'])}x), "
-                       f"PySpark workers {m['workers_cpu_s']:.1f}, command {m['command_cpu_s']:.1f}")
-    return {"benchmark": NAME, "machine": machine(),
-            "params": {"events": args.events, "partitions": args.partitions, "compilers": list(map(str, COMPILERS)),
-                       "repeat": args.repeat},
-            "wall_s": t.wall, "rounds": rounds, "medians": medians, "summary": summary}
+    return comparison_result(NAME, args, t, rounds, medians, {"compilers": list(map(str, COMPILERS))},
+                             "the JVM's default tiers (c2)", str, "jvm_cpu_s")
 
 
 def parser() -> argparse.ArgumentParser:

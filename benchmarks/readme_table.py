@@ -173,28 +173,26 @@ def _suite_cpu(r: Result) -> list[Row]:
 
 
 def _worker_allocator(r: Result) -> list[Row]:
-    p, m = r["params"], r["medians"]
-    base, *others = (str(t) for t in p["thresholds"])
-    return [(f"the Python workers' mmap threshold {int(t):,} B against the shipped {int(base):,} B: `zkledger rebuild` "
-             f"of {p['events']:,} events over {p['partitions']:,} partitions (median of {p['repeat']} alternating rounds)",
-             "", f"query {fixed(m[t]['query_s'], 1)} s; PySpark workers {fixed(m[t]['workers_cpu_s'], 1)} CPU-s",
-             f"{int(base):,} B, same rounds: query {fixed(m[base]['query_s'], 1)} s; PySpark workers "
-             f"{fixed(m[base]['workers_cpu_s'], 1)} CPU-s",
-             f"{fixed(m[base]['query_s'] / m[t]['query_s'], 2)}x the speed; "
-             f"{fixed(m[t]['workers_cpu_s'] / m[base]['workers_cpu_s'], 2)}x the workers' CPU") for t in others]
+    base, *others = (str(t) for t in r["params"]["thresholds"])
+    return [row for t in others for row in _rebuild_pair(
+        r, (base, t), f"the Python workers' mmap threshold {int(t):,} B against the shipped {int(base):,} B", "{} B",
+        "{} B", "workers_cpu_s", "PySpark workers", "the workers' CPU")]
 
 
-def _rebuild_pair(r: Result, variants: str, what: str, ours: str, base: str, cpu: str, cpu_name: str,
-                  cpu_ratio: str) -> list[Row]:
-    """The row of a two-way `worker_allocator.alternating_rebuilds` comparison: ``r["params"][variants]`` names the
-    baseline, then the shipped setting; ``ours`` and ``base`` label them (``{}``: the name), ``cpu`` is the CPU kind
-    the row reports (``cpu_name`` its figures, ``cpu_ratio`` its ratio)."""
+def _rebuild_pair(r: Result, variants: str | tuple[str, str], what: str, ours: str, base: str, cpu: str,
+                  cpu_name: str, cpu_ratio: str) -> list[Row]:
+    """The row of a `worker_allocator.alternating_rebuilds` comparison of two settings: ``variants`` names them (the
+    baseline, then the one set against it), or the ``r["params"]`` key that lists them so; ``ours`` and ``base``
+    label them (``{}``: the name, thousands grouped when it is a number), ``cpu`` is the CPU kind the row reports
+    (``cpu_name`` its figures, ``cpu_ratio`` its ratio)."""
     p, m = r["params"], r["medians"]
-    b, o = p[variants]
+    b, o = p[variants] if isinstance(variants, str) else variants
+    shown = {n: f"{int(n):,}" if n.isdigit() else n for n in (b, o)}
     return [(f"{what}: `zkledger rebuild` of {p['events']:,} events over {p['partitions']:,} partitions, one process "
              f"per run (median of {p['repeat']} alternating rounds)", "",
-             f"{ours.format(o)}: query {fixed(m[o]['query_s'], 1)} s; {cpu_name} {fixed(m[o][cpu], 1)} CPU-s",
-             f"{base.format(b)}, same rounds: query {fixed(m[b]['query_s'], 1)} s; {cpu_name} {fixed(m[b][cpu], 1)} CPU-s",
+             f"{ours.format(shown[o])}: query {fixed(m[o]['query_s'], 1)} s; {cpu_name} {fixed(m[o][cpu], 1)} CPU-s",
+             f"{base.format(shown[b])}, same rounds: query {fixed(m[b]['query_s'], 1)} s; {cpu_name} "
+             f"{fixed(m[b][cpu], 1)} CPU-s",
              f"{fixed(m[b]['query_s'] / m[o]['query_s'], 2)}x the speed; {fixed(m[o][cpu] / m[b][cpu], 2)}x {cpu_ratio}")]
 
 

@@ -45,6 +45,7 @@ K = TypeVar("K")
 NAME = "worker_allocator"
 KINDS = {"workers_cpu_s": ProcessKind.PYSPARK_WORKER, "jvm_cpu_s": ProcessKind.SPARK_DRIVER_OF_COMMANDS,
          "command_cpu_s": ProcessKind.ZKLEDGER_COMMAND}
+KIND_NAMES = {"workers_cpu_s": "PySpark workers", "jvm_cpu_s": "the driver's JVM", "command_cpu_s": "command"}
 
 
 def query_seconds(log_text: str) -> float:
@@ -103,25 +104,36 @@ def alternating_rebuilds(args: argparse.Namespace, confs: Callable[[Path], dict[
     return rounds, medians
 
 
+def comparison_result(name: str, args: argparse.Namespace, t: Timer, rounds: list[dict[K, dict[str, float]]],
+                      medians: dict[K, dict[str, float]], params: dict[str, Any], baseline: str,
+                      label: Callable[[K], str], cpu: str) -> dict[str, Any]:
+    """The result of a benchmark on `alternating_rebuilds`: ``params`` besides the history's, the summary with one
+    line per settings file (``label`` names it, the first is the ``baseline``), ``cpu`` the kind each line leads
+    with and sets against the baseline's."""
+    names = list(medians)
+    base = medians[names[0]]
+    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
+               f"median of {args.repeat} alternating rounds; baseline {baseline}"]
+    for n in names:
+        m = medians[n]
+        rest = ", ".join(f"{KIND_NAMES[k]} {m[k]:.1f}" for k in KINDS if k != cpu)
+        summary.append(f"  {label(n)}: query {m['query_s']:.1f} s ({ratio(base['query_s'], m['query_s'])}x the "
+                       f"baseline's speed); {KIND_NAMES[cpu]} {m[cpu]:.1f} CPU-s ({ratio(m[cpu], base[cpu])}x), {rest}")
+    return {"benchmark": name, "machine": machine(),
+            "params": {"events": args.events, "partitions": args.partitions, **params, "repeat": args.repeat},
+            "wall_s": t.wall, "rounds": [{str(k): v for k, v in r.items()} for r in rounds],
+            "medians": {str(k): v for k, v in medians.items()}, "summary": summary}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     thresholds = list(dict.fromkeys(args.thresholds))
     t = Timer()
     rounds, medians = alternating_rebuilds(
         args, lambda work: {th: threshold_conf(work / f"mmap-{th}.toml", th) for th in thresholds}, t)
-    base = medians[thresholds[0]]
-    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
-               f"median of {args.repeat} alternating rounds; baseline the threshold {thresholds[0]:,} B"]
-    for th in thresholds:
-        m = medians[th]
-        summary.append(f"  MALLOC_MMAP_THRESHOLD_={th:>10,}: query {m['query_s']:.1f} s "
-                       f"({ratio(base['query_s'], m['query_s'])}x the baseline's speed); PySpark workers "
-                       f"{m['workers_cpu_s']:.1f} CPU-s ({ratio(m['workers_cpu_s'], base['workers_cpu_s'])}x), "
-                       f"JVM {m['jvm_cpu_s']:.1f}, command {m['command_cpu_s']:.1f}")
-    return {"benchmark": NAME, "machine": machine(),
-            "params": {"events": args.events, "partitions": args.partitions, "thresholds": thresholds,
-                       "repeat": args.repeat, "shipped": int(WORKER_MMAP_THRESHOLD)},
-            "wall_s": t.wall, "rounds": [{str(k): v for k, v in r.items()} for r in rounds],
-            "medians": {str(k): v for k, v in medians.items()}, "summary": summary}
+    return comparison_result(NAME, args, t, rounds, medians,
+                             {"thresholds": thresholds, "shipped": int(WORKER_MMAP_THRESHOLD)},
+                             f"the threshold {thresholds[0]:,} B", lambda th: f"MALLOC_MMAP_THRESHOLD_={th:>10,}",
+                             "workers_cpu_s")
 
 
 def rebuild_parser(name: str, doc: str | None) -> argparse.ArgumentParser:

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Timer, machine, ratio, run_main
-from benchmarks.worker_allocator import alternating_rebuilds, rebuild_parser
+from benchmarks.common import Timer, run_main
+from benchmarks.worker_allocator import alternating_rebuilds, comparison_result, rebuild_parser
 from services.spark_session import PYTHON_DAEMON_CONF, WORKER_DAEMON
 
 NAME = "worker_daemon"
@@ -36,19 +36,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # files named apart from their module: a command line naming pyspark.daemon is a worker's to the sampler
     rounds, medians = alternating_rebuilds(
         args, lambda work: {d: daemon_conf(work / f"daemon-{i}.toml", d) for i, d in enumerate(DAEMONS)}, t)
-    base = medians[PYSPARK_DAEMON]
-    summary = [f"zkledger rebuild of {args.events:,} events over {args.partitions:,} partitions, one process per run, "
-               f"median of {args.repeat} alternating rounds; baseline PySpark's daemon"]
-    for d in DAEMONS:
-        m = medians[d]
-        summary.append(f"  {d:>22}: query {m['query_s']:.1f} s ({ratio(base['query_s'], m['query_s'])}x the "
-                       f"baseline's speed); PySpark workers {m['workers_cpu_s']:.1f} CPU-s "
-                       f"({ratio(m['workers_cpu_s'], base['workers_cpu_s'])}x), JVM {m['jvm_cpu_s']:.1f}, "
-                       f"command {m['command_cpu_s']:.1f}")
-    return {"benchmark": NAME, "machine": machine(),
-            "params": {"events": args.events, "partitions": args.partitions, "daemons": list(DAEMONS),
-                       "repeat": args.repeat},
-            "wall_s": t.wall, "rounds": rounds, "medians": medians, "summary": summary}
+    return comparison_result(NAME, args, t, rounds, medians, {"daemons": list(DAEMONS)}, "PySpark's daemon",
+                             lambda d: f"{d:>22}", "workers_cpu_s")
 
 
 def parser() -> argparse.ArgumentParser:
