@@ -196,6 +196,13 @@ def _rebuild_pair(r: Result, variants: str | tuple[str, str], what: str, ours: s
              f"{fixed(m[b]['query_s'] / m[o]['query_s'], 2)}x the speed; {fixed(m[o][cpu] / m[b][cpu], 2)}x {cpu_ratio}")]
 
 
+def _route_pool(r: Result) -> list[Row]:
+    base, *others = r["params"]["pools"]
+    return [row for pool in others for row in _rebuild_pair(
+        r, (base, pool), f"the route's Arrow pool, {pool} against the shipped {base}", "the route on {}",
+        "on {}", "workers_cpu_s", "PySpark workers", "the workers' CPU")]
+
+
 def _worker_daemon(r: Result) -> list[Row]:
     return _rebuild_pair(r, "daemons", "the Python workers' daemon", "`{}`", "PySpark's `{}`", "workers_cpu_s",
                          "PySpark workers", "the workers' CPU")
@@ -222,6 +229,7 @@ ROWS: dict[str, Callable[[Result], list[Row]]] = {
     "batch_rebuild": _batch_rebuild,
     "driver_memory": _driver_memory,
     "worker_allocator": _worker_allocator,
+    "route_pool": _route_pool,
     "worker_daemon": _worker_daemon,
     "local_compiler": _local_compiler,
     "stateful_query": _stateful_query,

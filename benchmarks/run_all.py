@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "driver_memory": ([], ["--events", "200000", "1000000", "--partitions", "20000", "--repeat", "1"]),
     "worker_allocator": (["--events", "3000000", "--partitions", "200000"],
                          ["--events", "200000", "--partitions", "20000", "--repeat", "1"]),
+    "route_pool": (["--events", "3000000", "--partitions", "200000", "--repeat", "4"],
+                   ["--events", "200000", "--partitions", "20000", "--repeat", "1"]),
     "worker_daemon": ([], ["--events", "200000", "--partitions", "20000", "--repeat", "1"]),
     "local_compiler": ([], ["--events", "200000", "--partitions", "20000", "--repeat", "1"]),
     "query_listener": ([], ["--seconds", "10", "--repeat", "1"]),

@@ -86,7 +86,7 @@ from pipelines.keyed_pipeline import (
     route_kraft_records,
     route_znode_rows,
 )
-from pipelines.parallel import release_free_memory
+from pipelines.parallel import arrow_memory_pool, release_free_memory
 from services.errors import UserError
 
 if TYPE_CHECKING:
@@ -120,6 +120,12 @@ def _packed(rows: pa.Table, part: StreamPart) -> pa.RecordBatch | None:
 ROUTE_CHUNK_ROWS = 250_000
 """Bronze rows a task routes at a time: a task's memory follows this, not the size of its files (routing is
 row-local, so a chunk routes as a task of its own would; copies of one change in two chunks meet in their key)."""
+ROUTE_ARROW_POOL = "mimalloc"
+"""The Arrow memory pool of the route's tasks. Its kernels make and drop a chunk's buffers (megabytes each) chunk
+after chunk: mimalloc reuses them where the C library (``WORKER_ARROW_POOL``, which the operator's steps run
+faster on) maps and faults them in afresh. ``ROUTE_ARROW_POOL_ENV`` in a worker's environment overrides it
+(``benchmarks.route_pool``)."""
+ROUTE_ARROW_POOL_ENV = "ZKLEDGER_ROUTE_ARROW_POOL"
 
 
 class _Route:
@@ -130,6 +136,10 @@ class _Route:
         self.route, self.buckets = route, buckets
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with arrow_memory_pool(os.environ.get(ROUTE_ARROW_POOL_ENV, ROUTE_ARROW_POOL)):
+            yield from self._chunks(batches)
+
+    def _chunks(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         chunk: list[pa.RecordBatch] = []
         rows = 0
         for batch in batches:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 import pyarrow as pa
@@ -37,6 +38,25 @@ def use_system_allocator() -> None:
     """
     if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+@contextmanager
+def arrow_memory_pool(name: str) -> Iterator[None]:
+    """Arrow's new buffers from the pool ``name`` (``"mimalloc"``, ``"system"``, ``"jemalloc"``) while the block
+    runs, then from the pool before it; the pool's unused memory is handed back at the end. A pyarrow built
+    without that pool keeps its own."""
+    try:
+        pool = getattr(pa, f"{name}_memory_pool")()
+    except (AttributeError, NotImplementedError):
+        yield
+        return
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(before)
+        pool.release_unused()
 
 
 def release_free_memory() -> None:

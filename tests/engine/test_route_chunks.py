@@ -1,6 +1,7 @@
 """The query's routing task (``engine.stateful._Route``) takes its bronze rows a chunk at a time, so its memory
 follows the chunk and not the size of the files it reads; what reaches each key is what one routing of all the
-rows sends it. No JVM: the task's function is called as Spark's ``mapInArrow`` calls it."""
+rows sends it; its Arrow buffers come from its own pool. No JVM: the task's function is called as Spark's
+``mapInArrow`` calls it."""
 
 from __future__ import annotations
 
@@ -55,3 +56,21 @@ def test_a_task_routes_its_rows_a_chunk_at_a_time_and_each_key_gets_the_same(mon
     assert sum(routed) == bronze.num_rows and max(routed) == 4 and len(routed) == -(-bronze.num_rows // 4)
     for part in (StreamPart.EVENTS, StreamPart.QUARANTINE):
         assert _events_by_key(chunked, part) == _events_by_key(whole, part) != {}
+
+
+@pytest.mark.parametrize("override", [None, "system"])
+def test_a_task_routes_with_its_own_arrow_pool_and_leaves_the_worker_s_as_it_was(
+        override: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    if override is not None:
+        monkeypatch.setenv(stateful.ROUTE_ARROW_POOL_ENV, override)
+    before = pa.default_memory_pool().backend_name
+    seen: list[str] = []
+
+    def recorded(rows: pa.Table, buckets: int) -> Any:
+        seen.append(pa.default_memory_pool().backend_name)
+        return route_znode_rows(rows, buckets)
+
+    packed = list(stateful._Route(recorded, BUCKETS)(_bronze().to_batches(max_chunksize=2)))
+
+    assert packed and seen == [override or stateful.ROUTE_ARROW_POOL]
+    assert pa.default_memory_pool().backend_name == before

@@ -45,3 +45,18 @@ def test_release_free_memory_hands_freed_heap_pages_back() -> None:
     freed, released = (int(v) for v in out.stdout.split())
     assert freed >= 200, out.stdout  # held after free
     assert released <= freed - 150, out.stdout
+
+
+def test_arrow_memory_pool_serves_the_block_from_the_named_pool_then_restores_the_one_before() -> None:
+    import pyarrow as pa
+
+    from pipelines.parallel import arrow_memory_pool
+
+    before = pa.default_memory_pool().backend_name
+    other = "mimalloc" if before != "mimalloc" else "system"
+    with arrow_memory_pool(other):
+        assert pa.default_memory_pool().backend_name == other
+        assert pa.array(range(1000)).buffers()[1] is not None
+    assert pa.default_memory_pool().backend_name == before
+    with arrow_memory_pool("no-such-allocator"):  # a pool this pyarrow lacks: the one it has
+        assert pa.default_memory_pool().backend_name == before
