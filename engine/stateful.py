@@ -122,15 +122,17 @@ ROUTE_CHUNK_ROWS = 250_000
 row-local, so a chunk routes as a task of its own would; copies of one change in two chunks meet in their key)."""
 ROUTE_ARROW_POOL = "mimalloc"
 """The Arrow memory pool of the route's tasks. Its kernels make and drop a chunk's buffers (megabytes each) chunk
-after chunk: mimalloc reuses them where the C library (``WORKER_ARROW_POOL``, which the operator's steps run
-faster on) maps and faults them in afresh. ``ROUTE_ARROW_POOL_ENV`` in a worker's environment overrides it
-(``benchmarks.route_pool``)."""
+after chunk: mimalloc keeps the pages and reuses them, in the worker's next route task too, where the C library
+(``WORKER_ARROW_POOL``, which the operator's steps run faster on) maps and faults them in afresh; those kept pages
+are the memory it costs (``benchmarks.driver_memory``). ``ROUTE_ARROW_POOL_ENV`` in a worker's environment
+overrides it (``benchmarks.route_pool``)."""
 ROUTE_ARROW_POOL_ENV = "ZKLEDGER_ROUTE_ARROW_POOL"
 
 
 class _Route:
     """``mapInArrow`` on a bronze table: the task's rows routed by ``route`` (``keyed_pipeline.route_znode_rows``
-    or ``route_decision_rows``) in chunks of ``ROUTE_CHUNK_ROWS``, packed per key and part."""
+    or ``route_decision_rows``) in chunks of ``ROUTE_CHUNK_ROWS``, packed per key and part, on the Arrow pool
+    ``ROUTE_ARROW_POOL``."""
 
     def __init__(self, route: Callable[[pa.Table, Buckets], list[tuple[StreamPart, pa.Table]]], buckets: Buckets) -> None:
         self.route, self.buckets = route, buckets

@@ -43,8 +43,8 @@ def use_system_allocator() -> None:
 @contextmanager
 def arrow_memory_pool(name: str) -> Iterator[None]:
     """Arrow's new buffers from the pool ``name`` (``"mimalloc"``, ``"system"``, ``"jemalloc"``) while the block
-    runs, then from the pool before it; the pool's unused memory is handed back at the end. A pyarrow built
-    without that pool keeps its own."""
+    runs, then from the pool before it. The pool keeps the pages it holds free for its next block (mimalloc purges
+    them only when it is next called). A pyarrow built without that pool keeps its own."""
     try:
         pool = getattr(pa, f"{name}_memory_pool")()
     except (AttributeError, NotImplementedError):
@@ -56,7 +56,6 @@ def arrow_memory_pool(name: str) -> Iterator[None]:
         yield
     finally:
         pa.set_memory_pool(before)
-        pool.release_unused()
 
 
 def release_free_memory() -> None:

@@ -6,9 +6,10 @@ import os
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
-from pipelines.parallel import _LIBC
+from pipelines.parallel import _LIBC, arrow_memory_pool
 
 _FREED_THEN_RELEASED = r"""
 import ctypes
@@ -48,10 +49,6 @@ def test_release_free_memory_hands_freed_heap_pages_back() -> None:
 
 
 def test_arrow_memory_pool_serves_the_block_from_the_named_pool_then_restores_the_one_before() -> None:
-    import pyarrow as pa
-
-    from pipelines.parallel import arrow_memory_pool
-
     before = pa.default_memory_pool().backend_name
     other = "mimalloc" if before != "mimalloc" else "system"
     with arrow_memory_pool(other):
