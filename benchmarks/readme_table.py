@@ -109,7 +109,8 @@ def _detection_latency(r: Result) -> list[Row]:
              f"{p['duration']:g} s over {p['partitions']:,} partitions, the `{p['collector']}` collector on the same "
              f"machine, the monitor's trigger {p.get('trigger', 1.0):g} s", "",
              f"p50 {fixed(r['p50_s'], 2)} s, p95 {fixed(r['p95_s'], 2)} s, {r['detected']}/{r['zombies']} detected "
-             f"(the writer sent {r['writes_sent']:,} of {int(p['rate'] * p['duration']):,} writes)",
+             f"(the writer sent {r['writes_sent'] - r['zombies']:,} of its {int(p['rate'] * p['duration']):,} writes, "
+             f"and the {r['zombies']} zombie writes)",
              "—", "targets p50 3 s, p95 5 s")]
 
 
