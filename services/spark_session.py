@@ -209,7 +209,8 @@ def spark_conf(settings: Settings, master: str | None = None) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         # the Python workers' Arrow buffers from the C library's malloc, as the zkledger commands' own
-        # (pipelines.parallel.use_system_allocator): decode and the fold took 9% less time in a rebuild
+        # (pipelines.parallel.use_system_allocator): the fold runs faster on it; the route's tasks take their own
+        # pool (engine.stateful.ROUTE_ARROW_POOL)
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": WORKER_ARROW_POOL,
         WORKER_MMAP_THRESHOLD_CONF: WORKER_MMAP_THRESHOLD,
     }
@@ -253,7 +254,8 @@ LOCAL_DRIVER_MEMORY = "1g"
 LOCAL_OFF_HEAP = "256m"
 """The execution memory of a ``local[*]`` session's tasks, off the JVM heap (``spark.memory.offHeap.size``)."""
 WORKER_ARROW_POOL = "system"
-"""``ARROW_DEFAULT_MEMORY_POOL`` of the session's Python workers (``spark.executorEnv``)."""
+"""``ARROW_DEFAULT_MEMORY_POOL`` of the session's Python workers (``spark.executorEnv``); the route's tasks run on
+``engine.stateful.ROUTE_ARROW_POOL``."""
 WORKER_MMAP_THRESHOLD_CONF = "spark.executorEnv.MALLOC_MMAP_THRESHOLD_"
 WORKER_MMAP_THRESHOLD = "1048576"
 """``MALLOC_MMAP_THRESHOLD_`` of the session's Python workers: glibc otherwise raises its threshold each time a
