@@ -4,7 +4,7 @@
 
 One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
 ``spark.local_compiler`` setting (the order turns each round), each in a process of its own with the setting in
-a settings file, as a user would set it. Of each run, as ``benchmarks.worker_allocator`` measures it: the query's
+a settings file, as a user would set it. Of each run, as ``benchmarks.alternating_rebuilds`` measures it: the query's
 time (its micro-batches' ``triggerExecution``, summed) and the CPU-seconds of its process tree by kind (the
 driver's JVM is where the compilers run). The baseline is ``c2`` (C1, then C2 for the hottest code) in the same
 rounds; medians count.
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.alternating_rebuilds import alternating_rebuilds, comparison_result, rebuild_parser
 from benchmarks.common import Timer, run_main
-from benchmarks.worker_allocator import alternating_rebuilds, comparison_result, rebuild_parser
 from conf.settings import LocalCompiler
 
 NAME = "local_compiler"

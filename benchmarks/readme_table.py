@@ -180,14 +180,14 @@ def _worker_allocator(r: Result) -> list[Row]:
         "{} B", "workers_cpu_s", "PySpark workers", "the workers' CPU")]
 
 
-def _rebuild_pair(r: Result, variants: str | tuple[str, str], what: str, ours: str, base: str, cpu: str,
+def _rebuild_pair(r: Result, variants: Sequence[str], what: str, ours: str, base: str, cpu: str,
                   cpu_name: str, cpu_ratio: str) -> list[Row]:
-    """The row of a `worker_allocator.alternating_rebuilds` comparison of two settings: ``variants`` names them (the
-    baseline, then the one set against it), or the ``r["params"]`` key that lists them so; ``ours`` and ``base``
-    label them (``{}``: the name, thousands grouped when it is a number), ``cpu`` is the CPU kind the row reports
-    (``cpu_name`` its figures, ``cpu_ratio`` its ratio)."""
+    """The row of a `benchmarks.alternating_rebuilds` comparison of two settings: ``variants`` names them (the
+    baseline, then the one set against it); ``ours`` and ``base`` label them (``{}``: the name, thousands grouped
+    when it is a number), ``cpu`` is the CPU kind the row reports (``cpu_name`` its figures, ``cpu_ratio`` its
+    ratio)."""
     p, m = r["params"], r["medians"]
-    b, o = p[variants] if isinstance(variants, str) else variants
+    b, o = variants
     shown = {n: f"{int(n):,}" if n.isdigit() else n for n in (b, o)}
     return [(f"{what}: `zkledger rebuild` of {p['events']:,} events over {p['partitions']:,} partitions, one process "
              f"per run (median of {p['repeat']} alternating rounds)", "",
@@ -205,14 +205,14 @@ def _route_pool(r: Result) -> list[Row]:
 
 
 def _worker_daemon(r: Result) -> list[Row]:
-    return _rebuild_pair(r, "daemons", "the Python workers' daemon", "`{}`", "PySpark's `{}`", "workers_cpu_s",
-                         "PySpark workers", "the workers' CPU")
+    return _rebuild_pair(r, r["params"]["daemons"], "the Python workers' daemon", "`{}`", "PySpark's `{}`",
+                         "workers_cpu_s", "PySpark workers", "the workers' CPU")
 
 
 def _local_compiler(r: Result) -> list[Row]:
-    return _rebuild_pair(r, "compilers", "a local session's JIT compilers", '`spark.local_compiler = "{}"`',
-                         '`"{}"` (the JVM\'s default tiers)', "jvm_cpu_s", "the driver's JVM",
-                         "the JVM's CPU")
+    return _rebuild_pair(r, r["params"]["compilers"], "a local session's JIT compilers",
+                         '`spark.local_compiler = "{}"`', '`"{}"` (the JVM\'s default tiers)', "jvm_cpu_s",
+                         "the driver's JVM", "the JVM's CPU")
 
 
 def _query_listener(r: Result) -> list[Row]:

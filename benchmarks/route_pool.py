@@ -5,7 +5,7 @@
 One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
 pool (the order turns each round), each in a process of its own with the route's tasks on that pool, set in a
 settings file as ``"spark.executorEnv.ZKLEDGER_ROUTE_ARROW_POOL"`` under ``[spark.extra]``. Of each run, as
-``benchmarks.worker_allocator`` measures it: the query's time (its micro-batches' ``triggerExecution``, summed)
+``benchmarks.alternating_rebuilds`` measures it: the query's time (its micro-batches' ``triggerExecution``, summed)
 and the CPU-seconds of its process tree by kind. The baseline is the first pool (the shipped
 ``engine.stateful.ROUTE_ARROW_POOL``) in the same rounds; medians count. ``system`` is the pool the operator's
 steps use (``services.spark_session.WORKER_ARROW_POOL``).
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.alternating_rebuilds import alternating_rebuilds, comparison_result, rebuild_parser
 from benchmarks.common import Timer, run_main
-from benchmarks.worker_allocator import alternating_rebuilds, comparison_result, rebuild_parser
 from engine.stateful import ROUTE_ARROW_POOL, ROUTE_ARROW_POOL_ENV
 from services.spark_session import WORKER_ARROW_POOL
 

@@ -4,7 +4,7 @@
 
 One history (`zkledger simulate --offline`); then ``--repeat`` rounds, each running `zkledger rebuild` once per
 daemon (the order turns each round), each in a process of its own with the daemon set the way a user would set it:
-``"spark.python.daemon.module"`` under ``[spark.extra]``. Of each run, as ``benchmarks.worker_allocator`` measures
+``"spark.python.daemon.module"`` under ``[spark.extra]``. Of each run, as ``benchmarks.alternating_rebuilds`` measures
 it: the query's time (its micro-batches' ``triggerExecution``, summed) and the CPU-seconds of its process tree by
 kind. The baseline is PySpark's daemon (``pyspark.daemon``) in the same rounds; medians count.
 """
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.alternating_rebuilds import alternating_rebuilds, comparison_result, rebuild_parser
 from benchmarks.common import Timer, run_main
-from benchmarks.worker_allocator import alternating_rebuilds, comparison_result, rebuild_parser
 from services.spark_session import PYTHON_DAEMON_CONF, WORKER_DAEMON
 
 NAME = "worker_daemon"

@@ -1,11 +1,12 @@
 """`benchmarks.worker_allocator`: a run's threshold reaches the session's conf as a user's file would put it, and
-the query's time is read from the engine's own lines."""
+(`benchmarks.alternating_rebuilds`) the query's time is read from the engine's own lines."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.worker_allocator import MMAP_THRESHOLD_CONF, query_seconds, threshold_conf
+from benchmarks.alternating_rebuilds import query_seconds
+from benchmarks.worker_allocator import MMAP_THRESHOLD_CONF, threshold_conf
 from conf.settings import load_settings
 
 
