@@ -10,9 +10,12 @@ the snapshot's records are stored (``source`` snapshot, under a writer id of the
 the next snapshot offset) before the gap row that names it.
 
 A follower checks at every poll that the last batch it read is unchanged (base offset, leader epoch). Raft
-may truncate a node's uncommitted tail and write the new leader's records at those offsets: each such batch at
-offsets already stored is quarantined whole, with both epochs; the rows stored stay (docs/kraft.md). A run
-that starts checks against the last batches an earlier run stored.
+may truncate a node's uncommitted tail and write the new leader's records at those offsets: each such batch's
+records at offsets already stored are stored as well, under a writer id of their leader epoch whose
+``batch_seq`` is the next offset of that epoch's rewrite, and committed before the log's own rows after them.
+The rows stored first stay (they were in the log); at an offset, the newest epoch's row is the log's
+(``pipelines.kraft_stage.current_records``, docs/kraft.md). A run that starts checks against the last batches an
+earlier run stored.
 
 What cannot be read goes to ``quarantine`` (source ``kraft``): a malformed batch (CRC mismatch, bad lengths)
 with its bytes and position, and a record whose payload does not decode, which also lands raw in
@@ -64,8 +67,8 @@ log = logging.getLogger(__name__)
 
 SEGMENT, SNAPSHOT, GAP = KraftRecordSource.SEGMENT, KraftRecordSource.SNAPSHOT, KraftRecordSource.GAP
 SOURCE = "kraft"  # the quarantine rows' source column, and the metrics' source label
-REWRITTEN_TAIL = "rewritten at leader epoch"
-"""In the reason of a quarantine row for a batch Raft wrote over offsets already collected (``_check_rewritten``)."""
+REWRITE_WRITER = "epoch"
+"""``<writer id>:epoch:<leader epoch>``: the writer id of the records a batch of that epoch rewrote (``_take_rewritten``)."""
 QUARANTINE_SOURCE = SOURCE
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable batch, kept (hex) in its quarantine row
 
@@ -203,7 +206,6 @@ class _Cursor:
     # first offset stored -> (last offset, leader epoch) of the batches taken from the file, oldest first
     stored: dict[int, tuple[int, int]] = field(default_factory=dict)
     anchor: tuple[int, int, int] | None = None  # (base offset, leader epoch, byte position) of the last batch read
-    rewrites: set[tuple[int, int]] = field(default_factory=set)  # (base offset, epoch) of rewritten batches seen
 
     def remember(self, first: int, batch: RecordBatch) -> None:
         """Offsets `first` .. the batch's last were stored from it."""
@@ -222,6 +224,20 @@ class _Cursor:
             return None
         epochs = ", ".join(str(e) for e in sorted({e for e, _, _ in found}))
         return epochs, min(f for _, f, _ in found), max(t for _, _, t in found)
+
+    def replace(self, first: int, last: int, epoch: int) -> None:
+        """Offsets `first` .. `last` now hold a batch of leader epoch `epoch` (Raft rewrote them)."""
+        spans: dict[int, tuple[int, int]] = {}
+        for base, (end, stored_epoch) in self.stored.items():
+            if end < first or base > last:
+                spans[base] = (end, stored_epoch)
+                continue
+            if base < first:
+                spans[base] = (first - 1, stored_epoch)
+            if end > last:
+                spans[last + 1] = (end, stored_epoch)
+        spans[first] = (last, epoch)
+        self.stored = dict(sorted(spans.items()))  # oldest (lowest) first, as stored_otherwise reads it
 
     def damage_confirmed(self, position: int) -> bool:
         now = time.monotonic()
@@ -275,6 +291,7 @@ class KraftCollector:
         self.snapshot_records = 0
         self.gaps = 0
         self.rewritten = 0  # batches Kafka rewrote at offsets already collected
+        self.rewrites: dict[int, _Stream] = {}  # leader epoch -> the records its batches rewrote
         self.stopped: list[str] = []
         self._quarantined_ids: set[str] = set()
         self._stored_tail: dict[int, tuple[int, int]] = {}  # what an earlier run stored last, for the first cursor
@@ -303,7 +320,7 @@ class KraftCollector:
         return None if self.log is None else self.log.next_offset
 
     def summary(self) -> dict[str, Any]:
-        written = 0 if self.log is None else self.log.rows_written
+        written = (0 if self.log is None else self.log.rows_written) + sum(r.rows_written for r in self.rewrites.values())
         return {
             "records": written + self.snapshot_records,
             "snapshot_records": self.snapshot_records,
@@ -345,16 +362,20 @@ class KraftCollector:
         return self.log
 
     def _stored_batches(self, next_offset: int) -> dict[int, tuple[int, int]]:
-        """The batches an earlier run stored last (first offset -> (last offset, leader epoch)), so that a tail
-        Kafka rewrote while no collector ran is seen as well."""
+        """The batches an earlier run stored last (first offset -> (last offset, leader epoch)), at each offset
+        the newest epoch's, so that a tail Kafka rewrote while no collector ran is seen as well."""
         if not next_offset or not self.lake.exists(KRAFT_RECORDS.name):
             return {}
         since = max(0, next_offset - REMEMBERED_BATCHES)
         rows = self.lake.scan(KRAFT_RECORDS.name, columns=["offset", "batch_base_offset", "leader_epoch"],
                               where=(pc.field("cluster") == self.lake.cluster) & (pc.field("source") == SEGMENT)
                               & (pc.field("offset") >= since) & (pc.field("offset") < next_offset))
-        spans: dict[tuple[int, int], list[int]] = {}
+        newest: dict[int, tuple[int, int]] = {}  # offset -> (epoch, batch base offset)
         for offset, base, epoch in zip(*(rows.column(c).to_pylist() for c in rows.column_names), strict=True):
+            if offset not in newest or epoch > newest[offset][0]:
+                newest[offset] = (epoch, base)
+        spans: dict[tuple[int, int], list[int]] = {}
+        for offset, (epoch, base) in newest.items():
             span = spans.setdefault((base, epoch), [offset, offset])
             span[0], span[1] = min(span[0], offset), max(span[1], offset)
         return {first: (last, epoch) for (_, epoch), (first, last) in sorted(spans.items(), key=lambda kv: kv[1])}
@@ -505,7 +526,7 @@ class KraftCollector:
         if stream.source == SEGMENT:
             cursor.anchor = (batch.base_offset, batch.partition_leader_epoch, batch.position)
             if batch.base_offset < stream.next_offset:
-                self._check_rewritten(stream, path, batch, cursor)
+                self._take_rewritten(stream, path, batch, cursor)
         if batch.last_offset < stream.next_offset:
             return  # stored by an earlier run
         if batch.base_offset > stream.next_offset and stream.source == SEGMENT:
@@ -513,9 +534,20 @@ class KraftCollector:
             self._gap(stream, stream.next_offset, batch.base_offset - 1, path.name,
                       f"offsets {stream.next_offset}..{batch.base_offset - 1} in {path.name}: {why}")
         cursor.damage = ""
+        self._add_records(stream, path, batch, stream.next_offset)
+        if stream.source == SEGMENT:
+            cursor.remember(max(batch.base_offset, stream.next_offset), batch)
+        stream.next_offset = batch.last_offset + 1
+        if len(stream.pending) >= self.batch_size:
+            self._flush(stream)
+
+    def _add_records(self, stream: _Stream, path: Path, batch: RecordBatch, first: int,
+                     last: int | None = None) -> None:
+        """The batch's records at offsets ``first`` .. ``last`` (default its last) into the stream's pending rows;
+        an undecodable one also into quarantine."""
         records = batch.records
-        if records and records[0].offset < stream.next_offset:
-            records = tuple(r for r in records if r.offset >= stream.next_offset)
+        if records and (records[0].offset < first or (last is not None and records[-1].offset > last)):
+            records = tuple(r for r in records if r.offset >= first and (last is None or r.offset <= last))
         if records:
             offsets, _, keys, values, _ = zip(*records, strict=True)
             names, versions, bad = _record_types(batch.is_control, keys, values)
@@ -530,41 +562,38 @@ class KraftCollector:
                     ref = f"{path.resolve()}:{batch.position}#{offset}"
                     self._quarantine_row(stream, raw, f"offset {offset}: {reason}", ref)
             stamp = batch.max_timestamp * 1000 if batch.max_timestamp >= 0 else None
-            if self.metrics is not None and stream.source == SEGMENT:
+            if self.metrics is not None and stream is self.log:
                 self.metrics.seen(SOURCE, batch.last_offset,
                                   None if stamp is None else stamp / 1_000_000)
             stream.pending.add_batch(
                 (batch.base_offset, batch.last_offset, batch.partition_leader_epoch, stamp, batch.is_control,
                  stream.source, stream.snapshot, path.name, _now_micros()),
                 offsets, keys, values, names, versions, details)
-        if stream.source == SEGMENT:
-            cursor.remember(max(batch.base_offset, stream.next_offset), batch)
-        stream.next_offset = batch.last_offset + 1
-        if len(stream.pending) >= self.batch_size:
-            self._flush(stream)
 
-    def _check_rewritten(self, stream: _Stream, path: Path, batch: RecordBatch, cursor: _Cursor) -> None:
+    def _take_rewritten(self, stream: _Stream, path: Path, batch: RecordBatch, cursor: _Cursor) -> None:
         """A batch at offsets already stored, under another leader epoch than the batch stored there: Raft
         truncated what was collected (records a leader appended and never committed) and the log now holds the
-        new leader's. kraft_records keeps the truncated records; the batch that replaced them is quarantined
-        whole, with why, so it is not lost and the divergence is on record."""
+        new leader's. Its records at those offsets are stored beside the truncated ones (which were in the log,
+        and stay), under the writer of its epoch; at an offset the newest epoch's record is the log's."""
         epoch = batch.partition_leader_epoch
-        found = cursor.stored_otherwise(batch.base_offset, min(batch.last_offset, stream.next_offset - 1), epoch)
-        if found is None or (batch.base_offset, epoch) in cursor.rewrites:
+        last = min(batch.last_offset, stream.next_offset - 1)
+        found = cursor.stored_otherwise(batch.base_offset, last, epoch)
+        if found is None:
             return
-        cursor.rewrites.add((batch.base_offset, epoch))
-        collected, first, last = found
-        with open(path, "rb") as f:
-            f.seek(batch.position)
-            raw = f.read(min(batch.size, QUARANTINE_RAW_BYTES))
-        reason = (f"{path.name}: offsets {first}..{last} {REWRITTEN_TAIL} "
-                  f"{epoch} after they were collected at epoch {collected} (Raft truncated "
-                  f"a diverged tail); kraft_records holds the truncated records, this batch is the log's now")
-        if not self._quarantine_row(stream, raw.hex(), reason,
-                                    f"{path.resolve()}:{batch.position}@{epoch}"):
-            return  # reported by an earlier run
+        collected, first, _ = found
+        rewrite = self.rewrites.get(epoch)
+        if rewrite is None:
+            writer_id = f"{self.writer_id}:{REWRITE_WRITER}:{epoch}"
+            stored = self.lake.last_batch_seq(KRAFT_RECORDS.name, writer_id)
+            rewrite = self.rewrites[epoch] = _Stream(writer_id, SEGMENT, None, 0 if stored is None else stored)
+        if max(batch.base_offset, rewrite.next_offset) <= last:
+            self._add_records(rewrite, path, batch, max(batch.base_offset, rewrite.next_offset), last)
+            rewrite.next_offset = last + 1
+        cursor.replace(batch.base_offset, last, epoch)
         self.rewritten += 1
-        log.warning("kraft %s: %s", self.log_dir.path, reason)
+        log.warning("kraft %s: %s: offsets %d..%d rewritten at leader epoch %d after they were collected at epoch "
+                    "%s (Raft truncated a diverged tail); both are stored, the newest epoch's is the log's",
+                    self.log_dir.path, path.name, first, last, epoch, collected)
 
     # ----------------------------------------------------------------- quarantine and commits
     def _quarantine_bytes(self, stream: _Stream, path: Path, position: int, end: int | None, reason: str) -> None:
@@ -590,7 +619,12 @@ class KraftCollector:
         return True
 
     def _flush(self, stream: _Stream) -> None:
-        """Commit the pending quarantine rows, then the pending records (``batch_seq`` = the next offset)."""
+        """Commit the pending quarantine rows, then the pending records (``batch_seq`` = the next offset); the
+        log's after the records its batches rewrote (a reader meets an offset's newest epoch no later than
+        the offsets after it)."""
+        if stream is self.log:
+            for rewrite in self.rewrites.values():
+                self._flush(rewrite)
         if stream.pending_quarantine:
             before = self.quarantine.rows_written
             self.quarantine.write(stream.pending_quarantine)
@@ -610,7 +644,7 @@ class KraftCollector:
                 self.progress(records)
             if self.metrics is not None:
                 self.metrics.rows_committed(KRAFT_RECORDS.name, SOURCE, records)
-                if stream.source == SEGMENT:
+                if stream is self.log:
                     self.metrics.committed(SOURCE, stream.next_offset - 1)
         self._last_commit = time.monotonic()
         stream.pending = _Pending()

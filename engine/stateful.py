@@ -64,6 +64,7 @@ from engine.stateful_sink import (
 from engine.upkeep import MaintenanceSchedule
 from lakehouse.files import StagedFiles
 from lakehouse.spark_io import stream_table
+from models.events import KraftRecordSource
 from models.states import DEFAULT_KAFKA_VERSION
 from models.tables import (
     CONTROLLER_DECISIONS,
@@ -86,6 +87,7 @@ from pipelines.keyed_pipeline import (
     route_kraft_records,
     route_znode_rows,
 )
+from pipelines.kraft_stage import rewritten_offsets
 from pipelines.parallel import arrow_memory_pool, release_free_memory
 from services.errors import UserError
 
@@ -165,15 +167,17 @@ def stateful_stream(bronze: DataFrame, decisions: DataFrame, kraft: DataFrame | 
                     buckets: Buckets = DEFAULT_BUCKETS,
                     kafka_version: str = DEFAULT_KAFKA_VERSION,
                     offline_blip: timedelta = DEFAULT_OFFLINE_BLIP,
-                    zookeeper_clusters: frozenset[str] = frozenset(), lake_root: str | None = None) -> DataFrame:
+                    zookeeper_clusters: frozenset[str] = frozenset(), lake_root: str | None = None,
+                    rewritten: pa.Table | None = None) -> DataFrame:
     """Every derived table's rows of the bronze streams as ``WRITTEN`` records: packed, or, with ``lake_root``, the files
     the operator wrote there (``StatefulSink`` commits them).
     ``zookeeper_clusters``: the clusters with a ZooKeeper history, whose KRaft records are not folded
-    (``pipelines.kraft_stage.route_kraft_rows``); ``buckets``: every cluster's bucket count, or a layout."""
+    (``pipelines.kraft_stage.route_kraft_rows``); ``buckets``: every cluster's bucket count, or a layout;
+    ``rewritten``: the KRaft offsets Raft rewrote, as the lake held them at the start (``kraft_rewrites``)."""
     routed = bronze.mapInArrow(_Route(route_znode_rows, buckets), PACKED_IN).unionByName(
         decisions.mapInArrow(_Route(route_decision_rows, buckets), PACKED_IN))
     if kraft is not None:
-        route = functools.partial(route_kraft_records, zookeeper_clusters=zookeeper_clusters)
+        route = functools.partial(route_kraft_records, zookeeper_clusters=zookeeper_clusters, rewritten=rewritten)
         routed = routed.unionByName(kraft.mapInArrow(_Route(route, buckets), PACKED_IN))
     return routed.groupBy("cluster", BUCKET_COLUMN).transformWithStateInPandas(
         statefulProcessor=PipelineProcessor(kafka_version, offline_blip, lake_root, BUCKET_PARTS, CLUSTER_PARTS),
@@ -222,8 +226,8 @@ def start_stateful_query(spark: SparkSession, lake: Lake, checkpoint: str | Path
     sink = StatefulSink(lake, writer_id, publish, quality, MaintenanceSchedule(lake, str(checkpoint), maintain_every_s),
                         StagedFiles(checkpoint), table_commit_s)
     zookeeper_clusters = lake.clusters(ZNODE_EVENTS.name) if kraft is not None else frozenset()
-    writer = (stateful_stream(bronze, decisions, kraft, layout, kafka_version, offline_blip,
-                              zookeeper_clusters, lake.root).writeStream
+    writer = (stateful_stream(bronze, decisions, kraft, layout, kafka_version, offline_blip, zookeeper_clusters,
+                              lake.root, kraft_rewrites(lake) if kraft is not None else None).writeStream
               .option("checkpointLocation", str(checkpoint)).foreachBatch(sink))
     writer = writer.trigger(availableNow=True) if processing_time is None else writer.trigger(processingTime=processing_time)
     query = writer.start()
@@ -309,6 +313,14 @@ def reads_kraft(lake: Lake, checkpoint: str | Path) -> bool:
 
 BUCKETS_FILE = "zkledger-buckets"
 """Beside a checkpoint's offsets: its ``BucketLayout`` (the state is keyed by bucket, so it is fixed for its life)."""
+
+
+def kraft_rewrites(lake: Lake) -> pa.Table:
+    """``pipelines.kraft_stage.rewritten_offsets`` of the lake's whole ``kraft_records``: a record Raft truncated is
+    then dropped even when a micro-batch before its replacement's reads it (a rebuild folds the log as it stands)."""
+    segment = pc.field("source") == str(KraftRecordSource.SEGMENT)
+    return rewritten_offsets(lake.scan(KRAFT_RECORDS.name, columns=["cluster", "offset", "leader_epoch", "source"],
+                                       where=segment))
 
 
 def checkpoint_buckets(lake: Lake, checkpoint: str | Path, buckets: int, state_partitions: int = 0) -> BucketLayout:

@@ -101,13 +101,15 @@ class MetadataImage:
     quorum_leader: int | None = None
     quorum_epoch: int | None = None
     offset: int = -1
+    log_epoch: int = -1  # the highest leader epoch of the batches applied: a record below offset at a higher one
+    # is Raft's rewrite of a tail it truncated
     open_transaction: int | None = None  # the offset of a BeginTransactionRecord not yet ended
     transaction_epoch: int | None = None  # the quorum epoch that began it
     findings: list[Finding] = field(default_factory=list)  # KRaft-only invariants broken; the caller drains them
 
     def apply(self, record: MetadataRecord, offset: int, epoch: int, at: datetime | None) -> list[MetadataEvent]:
         """The events one metadata record at ``offset`` (in a batch of quorum epoch ``epoch``) means."""
-        self.offset = max(self.offset, offset)
+        self.offset, self.log_epoch = max(self.offset, offset), max(self.log_epoch, epoch)
         handler = _HANDLERS.get(record.record_type)
         out = _Events(offset, epoch, at, record)
         if (self.open_transaction is not None and self.transaction_epoch is not None and epoch > self.transaction_epoch
@@ -122,7 +124,7 @@ class MetadataImage:
 
     def apply_control(self, record: ControlRecord, offset: int, epoch: int, at: datetime | None) -> list[MetadataEvent]:
         """The events a control record means: a new quorum leader is a controller election."""
-        self.offset = max(self.offset, offset)
+        self.offset, self.log_epoch = max(self.offset, offset), max(self.log_epoch, epoch)
         if record.record_type is not ControlRecordType.LEADER_CHANGE:
             return []
         leader = int(record.fields["leaderId"])
@@ -160,7 +162,7 @@ class MetadataImage:
             _set_liveness(self, now, out, {"from_snapshot": True})
         self.topics, self.partitions = dict(fresh.topics), dict(fresh.partitions)
         self.brokers = {b: v for b, v in fresh.brokers.items()}
-        self.offset = max(self.offset, end_offset - 1)
+        self.offset, self.log_epoch = max(self.offset, end_offset - 1), max(self.log_epoch, epoch)
         return out.events
 
     def _unfinished(self, out: _Events, why: str) -> None:
@@ -412,6 +414,7 @@ def image_to_json(image: MetadataImage) -> dict[str, Any]:
         "topic_of": [[k[0], k[1]] for k in image.partitions],
         "brokers": [vars(b) for b in image.brokers.values()],
         "quorum_leader": image.quorum_leader, "quorum_epoch": image.quorum_epoch, "offset": image.offset,
+        "log_epoch": image.log_epoch,
         "open_transaction": image.open_transaction, "transaction_epoch": image.transaction_epoch,
     }
 
@@ -422,4 +425,5 @@ def image_from_json(raw: dict[str, Any]) -> MetadataImage:
     return MetadataImage(topics=dict(raw["topics"]), partitions=partitions,
                          brokers={int(b["broker"]): BrokerImage(**b) for b in raw["brokers"]},
                          quorum_leader=raw["quorum_leader"], quorum_epoch=raw["quorum_epoch"], offset=raw["offset"],
-                         open_transaction=raw["open_transaction"], transaction_epoch=raw.get("transaction_epoch"))
+                         log_epoch=raw.get("log_epoch", -1), open_transaction=raw["open_transaction"],
+                         transaction_epoch=raw.get("transaction_epoch"))

@@ -142,7 +142,7 @@ KRAFT_RECORDS = TableSpec(
         _c("detail", "string"),  # why a gap, why a record is undecodable
         _c("collected_at", "timestamp", False),
     ),
-    key=("cluster", "source", "snapshot_id", "offset"),
+    key=("cluster", "source", "snapshot_id", "offset", "leader_epoch"),  # a rewritten tail: an offset at two epochs
     doc="one record of a KRaft metadata log segment or snapshot, or a gap in the log (bronze: collect kraft)",
 )
 

@@ -304,7 +304,7 @@ def covered_gap(anomaly: dict[str, Any], txn_range: tuple[int | None, int | None
     lo, hi = txn_range
     if anomaly["kind"] != AnomalyKind.COLLECTION_GAP or lo is None or hi is None or anomaly.get("zxid") is None:
         return False
-    return anomaly[GAP_SOURCE] != Source.TXNLOG and lo <= int(anomaly["zxid"]) <= hi
+    return anomaly[GAP_SOURCE] in (Source.WATCH, Source.RESYNC) and lo <= int(anomaly["zxid"]) <= hi
 
 
 def merge_log_terms(carried_terms: pa.Table, decisions: pa.Table, cluster: str) -> pa.Table:

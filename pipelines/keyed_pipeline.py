@@ -90,11 +90,11 @@ def route_decision_rows(decisions: pa.Table, buckets: Buckets) -> list[tuple[Str
     return [(StreamPart.DECISIONS, route_decisions(decisions, buckets))]
 
 
-def route_kraft_records(records: pa.Table, buckets: Buckets,
-                        zookeeper_clusters: frozenset[str] = frozenset()) -> list[tuple[StreamPart, pa.Table]]:
+def route_kraft_records(records: pa.Table, buckets: Buckets, zookeeper_clusters: frozenset[str] = frozenset(),
+                        rewritten: pa.Table | None = None) -> list[tuple[StreamPart, pa.Table]]:
     """Bronze ``kraft_records`` rows, each to its cluster's KRaft key (``pipelines.kraft_stage``); none of a
-    cluster that has a ZooKeeper history (``route_kraft_rows``)."""
-    return [(StreamPart.KRAFT, route_kraft_rows(records, zookeeper_clusters))]
+    cluster that has a ZooKeeper history, nor one Raft truncated (``route_kraft_rows``)."""
+    return [(StreamPart.KRAFT, route_kraft_rows(records, zookeeper_clusters, rewritten))]
 
 
 def empty_state(bucket: int) -> KeyState:

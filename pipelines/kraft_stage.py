@@ -73,13 +73,56 @@ class KraftState:
         return image_from_json(json.loads(blob)) if blob else MetadataImage()
 
 
-def route_kraft_rows(records: pa.Table, zookeeper_clusters: frozenset[str] = frozenset()) -> pa.Table:
+def route_kraft_rows(records: pa.Table, zookeeper_clusters: frozenset[str] = frozenset(),
+                     rewritten: pa.Table | None = None) -> pa.Table:
     """Bronze ``kraft_records`` rows with a ``bucket`` column sending each to its cluster's KRaft key. A cluster
     in ``zookeeper_clusters`` (it has a ZooKeeper history too: a migration) keeps its ZooKeeper history in the
-    derived tables, which hold one store per cluster; ``zkledger migration`` and ``state --at`` read its log."""
+    derived tables, which hold one store per cluster; ``zkledger migration`` and ``state --at`` read its log.
+    ``rewritten``: ``rewritten_offsets`` of the whole table when the query started, so that a record Raft
+    truncated is dropped even when its replacement comes in a later micro-batch."""
     if zookeeper_clusters and records.num_rows:
         records = records.filter(pc.invert(pc.is_in(records["cluster"], pa.array(sorted(zookeeper_clusters)))))
+    records = current_records(records, rewritten)
     return records.append_column(BUCKET_COLUMN, pa.array(np.full(records.num_rows, KRAFT_STAGE, np.int32)))
+
+
+_OFFSET_KEY = ["cluster", "offset"]
+NEWEST_EPOCH = "newest_epoch"
+REWRITTEN_OFFSETS = pa.schema([pa.field("cluster", pa.string()), pa.field("offset", pa.int64()),
+                               pa.field(NEWEST_EPOCH, pa.int32())])
+
+
+def rewritten_offsets(records: pa.Table) -> pa.Table:
+    """``REWRITTEN_OFFSETS``: each (cluster, offset) of a log segment stored under more than one leader epoch
+    (Raft truncated a tail the collector had read and the node took a newer leader's records there), with the
+    newest epoch, whose record is the log's."""
+    if records.num_rows == 0:
+        return REWRITTEN_OFFSETS.empty_table()
+    segment = records.filter(pc.equal(records["source"], str(KraftRecordSource.SEGMENT)))
+    epochs = segment.select([*_OFFSET_KEY, "leader_epoch"]).group_by(_OFFSET_KEY, use_threads=False).aggregate(
+        [("leader_epoch", "max"), ("leader_epoch", "count_distinct")])
+    twice = epochs.filter(pc.greater(epochs["leader_epoch_count_distinct"], 1))
+    return pa.table([twice["cluster"], twice["offset"], twice["leader_epoch_max"]], schema=REWRITTEN_OFFSETS)
+
+
+def current_records(records: pa.Table, rewritten: pa.Table | None = None) -> pa.Table:
+    """``records`` as the log stands: of a segment's rows at one (cluster, offset), only the newest leader
+    epoch's (the older ones Raft truncated), judged over ``records`` and the ``rewritten_offsets`` given.
+    Snapshot and gap rows as they are."""
+    found = rewritten_offsets(records)
+    if rewritten is not None and rewritten.num_rows:
+        both = pa.concat_tables([found, rewritten.select(REWRITTEN_OFFSETS.names).cast(REWRITTEN_OFFSETS)])
+        found = both.group_by(_OFFSET_KEY, use_threads=False).aggregate([(NEWEST_EPOCH, "max")]).rename_columns(
+            {f"{NEWEST_EPOCH}_max": NEWEST_EPOCH})
+    if found.num_rows == 0:
+        return records
+    at = records.select(_OFFSET_KEY).append_column("_row", pa.array(np.arange(records.num_rows)))
+    joined = at.join(found, _OFFSET_KEY, join_type="inner", use_threads=False)
+    segment = pc.equal(pc.take(records["source"], joined["_row"]), str(KraftRecordSource.SEGMENT))
+    older = pc.and_(segment, pc.less(pc.take(records["leader_epoch"], joined["_row"]), joined[NEWEST_EPOCH]))
+    drop = np.zeros(records.num_rows, bool)
+    drop[joined["_row"].filter(older).to_numpy()] = True
+    return records.filter(pa.array(~drop)) if drop.any() else records
 
 
 def kraft_step(cluster: str, state: KraftState, records: pa.Table, meta_schema: pa.Schema, kafka_version: str,
@@ -166,8 +209,8 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
     """The batch's records in log order through the image: (event, the record's name) pairs. A snapshot is
     taken only where the image has not reached its end (the log before it was deleted unread): at a hole before
     a record, the snapshot that covers it (the first ending at or after the record, else the newest before)."""
-    rows = records.select(["offset", "leader_epoch", "batch_timestamp", "is_control", "key", "value", "source",
-                           "snapshot_id"]).to_pylist()
+    rows = current_records(records).select(["offset", "leader_epoch", "batch_timestamp", "is_control", "key",
+                                            "value", "source", "snapshot_id"]).to_pylist()
     segment = sorted((r for r in rows if r["source"] == KraftRecordSource.SEGMENT), key=lambda r: r["offset"])
     snapshots: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -175,6 +218,8 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
             snapshots.setdefault(r["snapshot_id"], []).append(r)
     pending = sorted(((int(sid.split("-")[0]), sid) for sid in snapshots), reverse=True)
     out: list[tuple[MetadataEvent, str]] = []
+    rewritten: list[dict[str, Any]] = []  # records of a newer epoch at offsets the image has applied
+    applied_epoch = image.log_epoch
     for r in segment:
         if r["offset"] > image.offset + 1 and pending:  # a hole: what the log held before r was deleted unread
             covering = [p for p in pending if p[0] >= r["offset"]]
@@ -183,10 +228,37 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
             pending = [p for p in pending if p[0] > chosen[0]]
         while pending and pending[-1][0] <= r["offset"]:
             _rebase(image, snapshots[pending.pop()[1]], out)
+        if r["offset"] <= image.offset and int(r["leader_epoch"] or 0) > image.log_epoch:
+            applied_epoch = applied_epoch if rewritten else image.log_epoch
+            rewritten.append(r)
+            continue
         out.extend(_record_events(image, r))
     while pending:
         _rebase(image, snapshots[pending.pop()[1]], out)
+    if rewritten:
+        out.append((_rewrite_gap(rewritten, applied_epoch), REWRITE_GAP))
+        image.log_epoch = max(image.log_epoch, *(int(r["leader_epoch"]) for r in rewritten))
     return out
+
+
+REWRITE_GAP = "RewrittenTail"
+"""The record name of the COLLECTION_GAP event for records Raft rewrote after the image had applied them."""
+REWRITE_GAP_SOURCE = "kraft"
+"""``detail.source`` of that event: the metadata log, a lossless source whose gaps no other one covers."""
+
+
+def _rewrite_gap(rows: list[dict[str, Any]], applied_epoch: int) -> MetadataEvent:
+    """The records of a newer leader epoch at offsets this image has applied from the tail Raft truncated: it
+    cannot take them back, so what follows them may be wrong until a rebuild folds the log as it stands
+    (``current_records``). One COLLECTION_GAP at the first of them."""
+    first, last = min(r["offset"] for r in rows), max(r["offset"] for r in rows)
+    epoch = max(int(r["leader_epoch"]) for r in rows)
+    stamps = [t for r in rows if (t := _utc(r["batch_timestamp"])) is not None]
+    return MetadataEvent(first, MetadataEventType.COLLECTION_GAP, event_time=min(stamps, default=None),
+                         detail={"source": REWRITE_GAP_SOURCE, "offsets": f"{first}..{last}", "leader_epoch": epoch,
+                                 "applied_epoch": applied_epoch,
+                                 "reason": "Raft rewrote records the pipeline had applied; rebuild to fold the "
+                                           "log as it stands"})
 
 
 def _record_events(image: MetadataImage, r: dict[str, Any]) -> list[tuple[MetadataEvent, str]]:
@@ -200,7 +272,8 @@ def _record_events(image: MetadataImage, r: dict[str, Any]) -> list[tuple[Metada
             return [(e, name) for e in image.apply_control(control, r["offset"], epoch, at)]
         record = decode_metadata_record(r["value"] or b"")
     except KraftDecodeError:
-        image.offset = max(image.offset, r["offset"])  # the collector quarantined it; the bronze row keeps it
+        # the collector quarantined it; the bronze row keeps it
+        image.offset, image.log_epoch = max(image.offset, r["offset"]), max(image.log_epoch, epoch)
         return []
     return [(e, record.record_type.name) for e in image.apply(record, r["offset"], epoch, at)]
 

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from models.events import KraftRecordSource, Source, ZnodeChange, ZnodeOp
 from models.kraft_records import KraftDecodeError, decode_control_record, decode_metadata_record
 from models.migration import KraftEntry, MigrationHistory, zk_entries
+from pipelines.kraft_stage import current_records
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def migration_history(znode_events: pa.Table, kraft_records: pa.Table, *, chroot
                       kafka_version: str | None = None) -> HistoryInput:
     """Both histories of one cluster (the tables already filtered to it). ZooKeeper's rows come from the
     transaction log when it was collected (lossless, with sessions), else from the watches; a zxid seen by both
-    counts once. KRaft's come from log segments, in offset order."""
+    counts once. KRaft's come from log segments as the log stands (``current_records``), in offset order."""
     txnlog = pc.equal(znode_events["source"], str(Source.TXNLOG))
     has_txnlog = bool(pc.any(txnlog).as_py()) if znode_events.num_rows else False
     zk_rows = znode_events.filter(txnlog) if has_txnlog else znode_events
@@ -56,7 +57,8 @@ def migration_history(znode_events: pa.Table, kraft_records: pa.Table, *, chroot
             changes.append(_change(row))
     entries: list[KraftEntry] = []
     undecodable = 0
-    segments = kraft_records.filter(pc.equal(kraft_records["source"], str(KraftRecordSource.SEGMENT)))
+    log = current_records(kraft_records)  # at an offset Raft rewrote, the newest leader epoch's record
+    segments = log.filter(pc.equal(log["source"], str(KraftRecordSource.SEGMENT)))
     for row in sorted(segments.to_pylist(), key=lambda r: r["offset"]):
         at, epoch = _utc(row["batch_timestamp"]), int(row["leader_epoch"] or 0)
         try:

@@ -119,9 +119,39 @@ class KraftLog:
         })
         self.offset += 1
 
+    def truncate(self, offset: int) -> None:
+        """Raft cuts the node's log back to ``offset`` (a tail its leader never committed): the rows collected
+        stay, and the log goes on from there (``elect`` first: a newer leader writes it)."""
+        self.offset = offset
+
     def table(self, start: int = 0, stop: int | None = None) -> pa.Table:
+        """Every row collected (a rewritten offset's under both epochs), of offsets ``start`` .. ``stop`` - 1."""
         rows = [r for r in self.rows if start <= r["offset"] and (stop is None or r["offset"] < stop)]
         return pa.Table.from_pylist(rows, schema=spark_arrow_schema(KRAFT_RECORDS))
+
+    def rows_since(self, row: int) -> pa.Table:
+        """The rows collected after the first ``row`` of them (a later commit of the collector)."""
+        return pa.Table.from_pylist(self.rows[row:], schema=spark_arrow_schema(KRAFT_RECORDS))
+
+    def current(self) -> pa.Table:
+        """The log as it stands: at each offset the row written last."""
+        last = {r["offset"]: r for r in self.rows}
+        return pa.Table.from_pylist([last[o] for o in sorted(last)], schema=spark_arrow_schema(KRAFT_RECORDS))
+
+
+def rewritten_tail(log: KraftLog) -> int:
+    """Quorum leader 1 appends two batches it never commits (orders-0 led by broker 3 alone, then audit's
+    removal); Raft truncates them and leader 2, at a newer epoch, writes its own records at those offsets and
+    past them. Returns how many rows were collected before the rewrite."""
+    tail = log.offset
+    log.add(partition_change("orders", 0, leader=3, isr=[3]))
+    log.add(remove_topic("orders"))
+    before = len(log.rows)
+    log.truncate(tail)
+    log.elect(2)
+    log.add(partition_change("orders", 0, isr=[1, 2, 3]))
+    log.add(partition_change("orders", 1, leader=3))
+    return before
 
 
 def routine_cluster(log: KraftLog | None = None) -> KraftLog:

@@ -19,10 +19,10 @@ import pytest
 from collectors.bronze import WriterBusyError
 from collectors.kraft_collect import KraftCollector
 from lakehouse import Lake
+from pipelines.kraft_stage import current_records
 from tests import kraft_bytes as kb
 from tests.collectors.conftest import wait_for
 from tests.collectors.kraft_fixtures import MetadataLog, no_op_record, topic_record
-from tests.kafkalab.quarantine import unexplained
 from zkledger.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +134,6 @@ def test_a_corrupt_batch_is_quarantined_with_its_position_and_nothing_after_it_i
     assert summary["quarantined"] == 1 and summary["gaps"] == 1
     [q] = quarantined(lake)
     assert q["source"] == "kraft" and "CRC mismatch" in q["reason"] and f"bytes {position}.." in q["reason"]
-    assert unexplained([q]) == [q]  # damage: the labs' checks (tests/kafkalab/quarantine.py) fail on it
     assert q["ref"].endswith(f"00000000000000000000.log:{position}") and bytes.fromhex(q["raw"]) == bytes(bad)
     assert segment_types(lake) == {0: "TOPIC_RECORD", 3: "TOPIC_RECORD", 4: "TOPIC_RECORD"}
     [gap] = records(lake, source="gap")
@@ -189,11 +188,21 @@ def test_follow_takes_appended_batches_and_a_torn_tail_only_once_it_is_whole(lak
     assert collector.summary()["records"] == 4 and collector.summary()["gaps"] == 0
 
 
-def test_a_tail_raft_rewrote_after_it_was_collected_is_reported_and_its_replacement_quarantined(
+def offsets_and_epochs(lake: Lake) -> list[tuple[int, int]]:
+    return sorted((r["offset"], r["leader_epoch"]) for r in records(lake, source="segment"))
+
+
+def the_log(lake: Lake) -> list[tuple[int, int]]:
+    """(offset, leader epoch) of the log as it stands, read from the lake as the pipeline reads it."""
+    rows = current_records(lake.read_arrow(TABLE)).to_pylist()
+    return sorted((r["offset"], r["leader_epoch"]) for r in rows if r["source"] == "segment")
+
+
+def test_a_tail_raft_rewrote_after_it_was_collected_is_stored_beside_the_truncated_records(
         lake: Lake, tmp_path: Path) -> None:
     """The node followed led epoch 1 and appended two batches it never committed; the collector took them. Raft
-    then truncated them and the node took epoch 2's leader's log at those offsets: each batch of it at a
-    collected offset is quarantined once, whole and with both epochs, and the log goes on from there."""
+    then truncated them and the node took epoch 2's leader's log at those offsets: those records are stored too,
+    once, and at each offset the newest epoch's is the log's; nothing is quarantined."""
     log = MetadataLog.create(tmp_path / "metadata")
     log.leader_change(1)  # offset 0, committed
     committed = log.active.stat().st_size
@@ -205,28 +214,25 @@ def test_a_tail_raft_rewrote_after_it_was_collected_is_reported_and_its_replacem
         assert segment_types(lake) == {0: "LEADER_CHANGE", 1: "TOPIC_RECORD", 2: "TOPIC_RECORD", 3: "TOPIC_RECORD"}
         os.truncate(log.active, committed)  # the follower truncates to where the logs agree ...
         log.next_offset = 1
-        leader = log.leader_change(2, epoch=2)  # ... and appends the new leader's batches: offset 1
+        log.leader_change(2, epoch=2)  # ... and appends the new leader's batches: offset 1
         log.topics("d", "e", epoch=2)  # offsets 2-3, both collected before at epoch 1
         log.topics("f", epoch=2)  # offset 4, new
         collector.poll_once()
         collector.poll_once()
     finally:
         collector.close()
-    types = segment_types(lake)  # each offset stored once: the truncated records, then the log goes on
-    assert sorted(types) == [0, 1, 2, 3, 4]
-    assert [r["leader_epoch"] for r in sorted(records(lake, source="segment"), key=lambda r: r["offset"])] == \
-        [1, 1, 1, 1, 2]
-    rows = sorted(quarantined(lake), key=lambda r: r["reason"])
-    assert [r["reason"].split(" (")[0] for r in rows] == [
-        "00000000000000000000.log: offsets 1..1 rewritten at leader epoch 2 after they were collected at epoch 1",
-        "00000000000000000000.log: offsets 2..3 rewritten at leader epoch 2 after they were collected at epoch 1",
-    ]
-    assert rows[0]["raw"] == leader.hex()  # the whole batch that replaced them
-    assert unexplained(rows) == []  # Raft's doing, reported: the labs' checks let it pass
-    assert collector.summary()["rewritten"] == 2 and collector.summary()["records"] == 5
+    assert offsets_and_epochs(lake) == [(0, 1), (1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2), (4, 2)]
+    assert the_log(lake) == [(0, 1), (1, 2), (2, 2), (3, 2), (4, 2)]
+    assert {r["offset"]: r["record_type"] for r in records(lake, leader_epoch=2)}[1] == "LEADER_CHANGE"
+    assert quarantined(lake) == []
+    assert collector.summary()["rewritten"] == 2 and collector.summary()["records"] == 8
+    again = KraftCollector(lake, log.path).run()  # a restart finds the rewrite stored
+    assert (again["rewritten"], again["records"]) == (0, 0)
+    assert len(offsets_and_epochs(lake)) == 8
 
 
-def test_a_tail_rewritten_while_no_collector_ran_is_reported_by_the_next_run(lake: Lake, tmp_path: Path) -> None:
+def test_a_tail_rewritten_while_no_collector_ran_is_stored_by_the_next_run(
+        lake: Lake, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = MetadataLog.create(tmp_path / "metadata")
     log.leader_change(1)
     committed = log.active.stat().st_size
@@ -236,14 +242,13 @@ def test_a_tail_rewritten_while_no_collector_ran_is_reported_by_the_next_run(lak
     log.next_offset = 1
     log.leader_change(2, epoch=2)  # offset 1
     log.topics("c", "d", epoch=2)  # offsets 2-3
-    summary = KraftCollector(lake, log.path).run()
-    assert summary["rewritten"] == 2 and summary["records"] == 1  # offset 3 is new
-    assert sorted(segment_types(lake)) == [0, 1, 2, 3]
-    assert sorted(r["reason"].split(": ")[1].split(" (")[0] for r in quarantined(lake)) == [
-        "offsets 1..1 rewritten at leader epoch 2 after they were collected at epoch 1",
-        "offsets 2..2 rewritten at leader epoch 2 after they were collected at epoch 1",
-    ]
-    assert KraftCollector(lake, log.path).run()["rewritten"] == 0  # reported once: its rows are quarantined
+    assert main(["--lake", lake.root, "--cluster", lake.cluster, "collect", "kraft", "--dir", str(log.path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (  # offsets 1 and 2 again, offset 3 new
+        "collect kraft: 3 records written (0 from snapshots), 0 gaps, 0 quarantined, next offset 4, 2 batches Raft "
+        "rewrote after they were collected (stored beside the truncated records; the newest leader epoch is the log's)")
+    assert the_log(lake) == [(0, 1), (1, 2), (2, 2), (3, 2)]
+    assert quarantined(lake) == []
+    assert KraftCollector(lake, log.path).run()["rewritten"] == 0  # stored once
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

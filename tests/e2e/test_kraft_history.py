@@ -52,12 +52,21 @@ def test_a_kraft_history_folds_into_state_and_anomalies(lake: Any, capsys: Any) 
 
 
 def test_the_spark_query_equals_the_driver_runner_on_a_kraft_history(spark: Any, tmp_path: Path) -> None:
+    """Also where Raft rewrote a tail the collector had stored: the truncated records in one commit, the newer
+    leader's in the next, each its own micro-batch. The rebuild folds the log as it stands, as the driver-side
+    runner does over the log without the truncated records."""
     log = faulty_cluster()
-    reference = collected(Lake(str(tmp_path / "reference"), log.cluster), log)
-    queried = collected(Lake(str(tmp_path / "queried"), log.cluster), log)
+    before = kh.rewritten_tail(log)
+    reference = Lake(str(tmp_path / "reference"), log.cluster)
+    reference.append(KRAFT_RECORDS.name, log.current(), writer_id="fixture", batch_seq=0)
+    queried = Lake(str(tmp_path / "queried"), log.cluster)
+    queried.append(KRAFT_RECORDS.name, log.table().slice(0, before), writer_id="fixture", batch_seq=0)
+    queried.append(KRAFT_RECORDS.name, log.rows_since(before), writer_id="fixture", batch_seq=1)
     run_local(reference)
-    rebuild(spark, queried)
+    rebuild(spark, queried, max_files_per_trigger=1)
     assert_same_tables(queried, reference)
+    state = {(r["topic"], r["partition"]): r for r in queried.read_arrow("partition_state").to_pylist()}
+    assert state[("orders", 0)]["isr"] == [1, 2, 3] and state[("orders", 1)]["leader"] == 3
 
 
 def test_the_report_draws_a_kraft_cluster(lake: Any, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from kafkalab import verify
@@ -24,8 +25,8 @@ from models.anomalies import DEFAULT_OFFLINE_BLIP_MS
 from models.anomalies import AnomalyKind as K
 from models.kraft_image import NO_LEADER_CHANGE, RECOVERING
 from models.kraft_records import MetadataRecordType, decode_metadata_record
+from pipelines.kraft_stage import current_records
 from tests.kafkalab.driver import rebuild_in_driver
-from tests.kafkalab.quarantine import unexplained
 
 ALL = list(SCENARIOS)
 ROUTINES = ("create", "deletion", "rolling-restart", "preferred-election", "reassignment")
@@ -55,8 +56,8 @@ def test_the_collector_read_the_whole_log_cleanly(lab: KRaftLabResult) -> None:
     assert lab.collector_code == 0
     records = lab.tables["kraft_records"]
     assert records and not [r for r in records if r["source"] == "gap"]
-    assert unexplained(lab.tables["quarantine"]) == []
-    offsets = sorted(r["offset"] for r in records if r["source"] == "segment")
+    assert lab.tables["quarantine"] == []
+    offsets = sorted({r["offset"] for r in records if r["source"] == "segment"})  # a rewritten tail: twice
     assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), "a hole in the collected offsets"
 
 
@@ -142,6 +143,12 @@ def test_the_out_of_sync_follower_elected_is_an_unclean_election(lab: KRaftLabRe
     assert {r["topic"] for r in rows if r["kind"] == K.OFFLINE_PARTITION} == {"rf1"}
 
 
+def log_as_it_stands(res: KRaftLabResult) -> list[dict[str, Any]]:
+    """The collected records less those Raft truncated (a tail rewritten at a newer epoch)."""
+    rows = res.tables["kraft_records"]
+    return current_records(pa.Table.from_pylist(rows)).to_pylist() if rows else []
+
+
 def kafkas_unclean_elections(res: KRaftLabResult) -> set[tuple[int, str, int]]:
     """(offset, topic, partition) of every record that elected a leader from outside the partition's ISR and
     eligible leader replicas (KIP-966), read from the raw records. Kafka marks such an election by setting the
@@ -150,7 +157,7 @@ def kafkas_unclean_elections(res: KRaftLabResult) -> set[tuple[int, str, int]]:
     found: set[tuple[int, str, int]] = set()
     names: dict[str, str] = {}
     parts: dict[tuple[str, int], dict[str, Any]] = {}
-    rows = sorted((r for r in res.tables["kraft_records"] if r["source"] == "segment" and not r["is_control"]),
+    rows = sorted((r for r in log_as_it_stands(res) if r["source"] == "segment" and not r["is_control"]),
                   key=lambda r: r["offset"])
     for row in rows:
         record = decode_metadata_record(row["value"])
@@ -177,7 +184,7 @@ def kafkas_unclean_elections(res: KRaftLabResult) -> set[tuple[int, str, int]]:
 
 def kafkas_recovering_marks(res: KRaftLabResult) -> int:
     """How many records set a partition's leader recovery state to RECOVERING."""
-    return sum(1 for r in res.tables["kraft_records"]
+    return sum(1 for r in log_as_it_stands(res)
                if r["record_type"] == MetadataRecordType.PARTITION_CHANGE_RECORD.name and not r["is_control"]
                and decode_metadata_record(r["value"]).fields.get("leaderRecoveryState") == RECOVERING)
 

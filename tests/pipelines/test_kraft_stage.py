@@ -13,7 +13,14 @@ from models.kraft_image import MetadataImage
 from pipelines.bucket_fold import BucketState
 from pipelines.cluster_stage import ClusterState
 from pipelines.keyed_pipeline import GLOBAL_SCHEMA, META_SEQ
-from pipelines.kraft_stage import KraftState, kraft_step
+from pipelines.kraft_stage import (
+    REWRITE_GAP_SOURCE,
+    KraftState,
+    current_records,
+    kraft_step,
+    rewritten_offsets,
+    route_kraft_rows,
+)
 from tests import kraft_history as kh
 
 
@@ -173,3 +180,76 @@ def test_a_snapshot_ending_inside_the_first_kept_segment_is_taken() -> None:
         return {(r["topic"], r["partition"]): (r["state"], r["leader"], r["isr"]) for r in rows.to_pylist()}
 
     assert final(out["partition_state"]) == final(expected["partition_state"])
+
+
+# ------------------------------------------------------------------------------ a tail Raft truncated
+def outputs(batches: list[pa.Table]) -> dict[str, list[str]]:
+    """Every output table's rows (sorted, as text) of ``batches`` stepped one after another."""
+    state = fresh()
+    got: dict[str, list[str]] = {}
+    for batch in batches:
+        out, state = kraft_step("kraft", state, batch, META_SEQ, "3.9")
+        for name, rows in out.items():
+            got.setdefault(name, []).extend(repr(sorted(r.items())) for r in rows.to_pylist())
+    return {name: sorted(rows) for name, rows in got.items() if rows}
+
+
+def rewritten() -> tuple[kh.KraftLog, int]:
+    log = kh.routine_cluster()
+    return log, kh.rewritten_tail(log)
+
+
+def test_the_log_as_it_stands_keeps_the_newest_epoch_at_each_offset() -> None:
+    log, _ = rewritten()
+    stored = log.table()
+    assert stored.num_rows == log.offset + 2  # offsets 10 and 11 stored under epochs 2 and 3
+    assert rewritten_offsets(stored).to_pylist() == [{"cluster": "kraft", "offset": 10, "newest_epoch": 3},
+                                                     {"cluster": "kraft", "offset": 11, "newest_epoch": 3}]
+    assert current_records(stored).to_pylist() == log.current().to_pylist()
+    snapshot = stored.set_column(stored.schema.get_field_index("source"), "source",
+                                 pa.array(["snapshot"] * stored.num_rows))
+    assert current_records(snapshot).num_rows == stored.num_rows  # a snapshot's rows are not the log's tail
+
+
+def test_a_truncated_tail_folds_as_the_log_stands() -> None:
+    log, _ = rewritten()
+    got = outputs([log.table()])
+    assert got == outputs([log.current()])
+    state = {(r["topic"], r["partition"]): r for r in run(log, [])["partition_state"]}
+    assert state[("orders", 0)]["isr"] == [1, 2, 3] and state[("orders", 0)]["leader"] == 1
+    assert state[("orders", 1)]["leader"] == 3  # the topic the truncated tail removed is there
+
+
+def test_a_rewrite_the_query_knew_of_at_its_start_drops_the_truncated_records_from_an_earlier_batch() -> None:
+    log, before = rewritten()
+    known = rewritten_offsets(log.table())
+    first, later = (route_kraft_rows(t, rewritten=known).drop_columns(["bucket"])
+                    for t in (log.table().slice(0, before), log.rows_since(before)))
+    assert first.num_rows == before - 2
+    clean = log.current()
+    assert outputs([first, later]) == outputs([clean.slice(0, first.num_rows), clean.slice(first.num_rows)])
+
+
+def test_a_rewrite_of_records_already_applied_is_a_collection_gap() -> None:
+    """A monitor folded the tail before Raft truncated it: the image cannot take it back, so the newer epoch's
+    records there are a gap until a rebuild, at the first of them."""
+    log, before = rewritten()
+    got = outputs([log.table().slice(0, before), log.rows_since(before)])
+    gaps = [a for a in run_batches([log.table().slice(0, before), log.rows_since(before)])
+            if a["kind"] == AnomalyKind.COLLECTION_GAP]
+    assert [a["zxid"] for a in gaps] == [10]
+    detail = json.loads(str(gaps[0]["details"]))["detail"]
+    assert json.loads(detail) | {} == {"source": REWRITE_GAP_SOURCE, "offsets": "10..11", "leader_epoch": 3,
+                                       "applied_epoch": 2, "reason": json.loads(detail)["reason"]}
+    clean = log.current()
+    clean_split = outputs([clean.slice(0, before - 2), clean.slice(before - 2)])
+    assert got["partition_transitions"] != clean_split["partition_transitions"]  # what it applied stays
+
+
+def run_batches(batches: list[pa.Table]) -> list[dict[str, object]]:
+    state = fresh()
+    found: list[dict[str, object]] = []
+    for batch in batches:
+        out, state = kraft_step("kraft", state, batch, META_SEQ, "3.9")
+        found.extend(out["anomalies"].to_pylist() if "anomalies" in out else [])
+    return found

@@ -229,6 +229,7 @@ def _collect_kraft(args: argparse.Namespace, ctx: Context) -> str:
     line = (f"collect kraft: {summary['records']} records written ({summary['snapshot_records']} from snapshots), "
             f"{summary['gaps']} gaps, {summary['quarantined']} quarantined, next offset {summary['next_offset']}")
     if summary.get("rewritten"):
-        line += f", {summary['rewritten']} batches Kafka rewrote after they were collected (quarantined)"
+        line += (f", {summary['rewritten']} batches Raft rewrote after they were collected (stored beside the "
+                 "truncated records; the newest leader epoch is the log's)")
     unreadable = summary.get("unreadable") or []
     return line + (f"; unreadable: {'; '.join(unreadable)}" if unreadable else "")
