@@ -68,7 +68,8 @@ log = logging.getLogger(__name__)
 SEGMENT, SNAPSHOT, GAP = KraftRecordSource.SEGMENT, KraftRecordSource.SNAPSHOT, KraftRecordSource.GAP
 SOURCE = "kraft"  # the quarantine rows' source column, and the metrics' source label
 REWRITE_WRITER = "epoch"
-"""``<writer id>:epoch:<leader epoch>``: the writer id of the records a batch of that epoch rewrote (``_take_rewritten``)."""
+"""``<writer id>:epoch:<leader epoch>``: the writer id of the records batches of that epoch rewrote
+(``_take_rewritten``)."""
 QUARANTINE_SOURCE = SOURCE
 QUARANTINE_RAW_BYTES = 64 * 1024  # of an unreadable batch, kept (hex) in its quarantine row
 
@@ -320,7 +321,7 @@ class KraftCollector:
         return None if self.log is None else self.log.next_offset
 
     def summary(self) -> dict[str, Any]:
-        written = (0 if self.log is None else self.log.rows_written) + sum(r.rows_written for r in self.rewrites.values())
+        written = sum(s.rows_written for s in (self.log, *self.rewrites.values()) if s is not None)
         return {
             "records": written + self.snapshot_records,
             "snapshot_records": self.snapshot_records,
