@@ -292,6 +292,30 @@ def _start(lake: Lake, log: MetadataLog, conf: str, stderr: Path, *extra: str,
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
 
 
+def test_a_crash_at_the_commits_of_a_rewritten_tail_loses_and_duplicates_nothing(lake: Lake, tmp_path: Path) -> None:
+    """The rewritten records are committed (batch sequence 4: after offset 3) before the log's new ones (6): a
+    process killed before or after that commit leaves a restart to store each record once."""
+    log = MetadataLog.create(tmp_path / "metadata")
+    log.leader_change(1)
+    committed = log.active.stat().st_size
+    log.topics("a", "b")  # offsets 1-2, never committed
+    log.topics("c")  # offset 3
+    KraftCollector(lake, log.path).run()
+    os.truncate(log.active, committed)
+    log.next_offset = 1
+    log.leader_change(2, epoch=2)  # offset 1
+    log.topics("d", "e", epoch=2)  # offsets 2-3
+    log.topics("f", "g", epoch=2)  # offsets 4-5, new
+    stderr, conf = tmp_path / "collector.log", _conf(tmp_path, 100)
+    for crash in ("before_commit:4", "after_commit:4"):
+        assert _start(lake, log, conf, stderr, crash=crash).wait(60) == -signal.SIGKILL
+        landed = [o for o, e in offsets_and_epochs(lake) if e == 2]
+        assert landed == ([] if crash.startswith("before") else [1, 2, 3]), crash
+    assert _start(lake, log, conf, stderr).wait(60) == 0
+    assert offsets_and_epochs(lake) == [(0, 1), (1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2), (4, 2), (5, 2)]
+    assert the_log(lake) == [(0, 1), (1, 2), (2, 2), (3, 2), (4, 2), (5, 2)]
+
+
 def test_kill_9_at_random_points_and_crashes_at_commit_lose_and_duplicate_nothing(
     lake: Lake, tmp_path: Path
 ) -> None:
