@@ -12,6 +12,10 @@ history of
 - the rebuild `zkledger rebuild` runs (`engine.rebuild.rebuild`: the Spark query from a fresh checkpoint, every
   derived Delta table emptied and written again); the engine's per-batch lines (its phases) are kept.
 
+Then the Python work alone: the query's route and steps (``engine.local_run.LocalRunner``) in this process over
+the same events, in as many batches as the rebuild's micro-batches, nothing stored or written. Its CPU time over
+the cores bounds any run that routes and steps in Python on this machine, before Spark adds anything.
+
 This machine's speed drifts between minutes, so each round measures both under the same conditions; the
 medians count. Last, the I/O floor (`benchmarks.common.io_floor`): the same bronze reads through Delta's
 streaming source and the same writes of the rebuild's outputs through the query's sink, with nothing computed
@@ -22,6 +26,7 @@ The rows the rebuild wrote, over all derived tables, are reported per bronze eve
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -72,6 +77,25 @@ def python_replay(lake: Any) -> dict[str, int]:
         steps += 1
         illegal += step.violation is not None
     return {"events": table.num_rows, "partitions": len(state), "steps": steps, "illegal": illegal}
+
+
+def python_work(lake: Any, buckets: int, batches: int) -> dict[str, int]:
+    """The one composition's Python work alone: ``engine.local_run.LocalRunner``, the query's route and steps run in
+    this process (nothing packed, stored or written), over the history in zxid order in ``batches`` batches."""
+    from engine.local_run import LocalRunner, bronze_rows, zxid_cuts
+    from engine.stateful import cluster_partitions
+    from pipelines.bucket_fold import BucketLayout
+
+    runner = LocalRunner(BucketLayout.sized(buckets, cluster_partitions(lake)))
+    bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
+    decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
+    cuts = zxid_cuts(bronze["zxid"].to_numpy(), -(-bronze.num_rows // max(batches, 1)))
+    rows = 0
+    for i, (a, b) in enumerate(itertools.pairwise(cuts)):
+        last = i == len(cuts) - 2
+        out = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0))
+        rows += sum(t.num_rows for _, _, _, t in out)
+    return {"batches": len(cuts) - 1, "output_rows": rows}
 
 
 def state_payloads(lake: Any) -> bytes:
@@ -126,6 +150,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with engine_batch_log() as floor_lines, t.phase("io_floor"):
             floor = io_floor(spark, lake, work / "floor", buckets)
         spark.stop()
+        with t.phase("python_work"):
+            work_done = python_work(lake, buckets, len(batches[-1]))
         payloads = state_payloads(lake)
         with t.phase("json_floor"):
             parsed = json_floor(payloads)
@@ -138,6 +164,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     floor_rate = n / floor["s"]
     cores = os.cpu_count() or 1
     written = sum(counts.values())
+    work_cpu = t.cpu["python_work"]
+    work_ceiling = n * cores / work_cpu  # every core on the Python work, nothing else
+    hop_ceiling = n / (floor["read_to_python_s"] + work_cpu / cores)  # and bronze into the workers first
     return {
         "benchmark": NAME, "machine": machine(),
         "params": {"events": args.events, "partitions": args.partitions, "shuffle_partitions": args.shuffle_partitions,
@@ -152,6 +181,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rebuild_batches": batches,
         "io_floor": floor, "io_floor_batches": floor_lines, "io_floor_events_per_s": round(floor_rate),
         "pipeline_vs_io_floor": ratio(rate, floor_rate),
+        "python_work": {**work_done, "cpu_s": round(work_cpu, 3),
+                        "cpu_us_per_event": round(work_cpu / n * 1e6, 3),
+                        "ceiling_events_per_s": round(work_ceiling), "with_hop_ceiling_events_per_s": round(hop_ceiling)},
         "json_floor_payloads": parsed, "json_floor_cpu_us_per_event": round(t.cpu["json_floor"] / parsed * 1e6, 3),
         "summary": [
             f"simulate --offline: {n:,} bronze events / {args.partitions:,} partitions in {t.wall['generate']:.1f} s",
@@ -173,6 +205,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{floor['write_s']:.1f} s = {floor['s']:.1f} s = {floor_rate:,.0f} events/s; the rebuild runs at "
             f"{ratio(rate, floor_rate)}x of it (bronze into the Python workers, dropped there: "
             f"{floor['read_to_python_s']:.1f} s)",
+            f"the Python work alone (engine.local_run.LocalRunner: the query's route and steps in this process, "
+            f"{work_done['batches']} batches, nothing stored or written): {t.wall['python_work']:.1f} s, "
+            f"{work_cpu:.1f} CPU-s = {work_cpu / n * 1e6:.2f} CPU-us per event; on all {cores} cores with nothing "
+            f"else: at most {work_ceiling:,.0f} events/s; after bronze into the Python workers as above: at most "
+            f"{hop_ceiling:,.0f} events/s",
             f"Arrow's C++ JSON reader over the {parsed:,} partition-state payloads alone: {t.wall['json_floor']:.1f} s, "
             f"{t.cpu['json_floor']:.1f} CPU-s = {t.cpu['json_floor'] / parsed * 1e6:.2f} CPU-us per event",
         ],

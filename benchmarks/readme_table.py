@@ -48,7 +48,9 @@ def _batch_rebuild(r: Result) -> list[Row]:
              + (f"; {r['output_rows_per_event']} rows written per event" if "output_rows_per_event" in r else ""),
              f"single-threaded Python replay of the same events: {r['python_replay_events_per_s']:,} events/s; the "
              "I/O floor (the same streaming reads and the same sink's writes, nothing computed): "
-             f"{r['io_floor_events_per_s']:,} events/s",
+             f"{r['io_floor_events_per_s']:,} events/s"
+             + (f"; the query's route and steps alone, outside Spark, on every core: at most "
+                f"{r['python_work']['ceiling_events_per_s']:,} events/s" if "python_work" in r else ""),
              f"{r['pipeline_vs_replay']}x the replay; {r['pipeline_vs_io_floor']}x the floor")]
 
 

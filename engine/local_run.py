@@ -90,7 +90,7 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
     decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
     kraft = bronze_rows(lake, KRAFT_RECORDS.name)  # a KRaft history's records go in the first batch
-    cuts = _zxid_cuts(bronze["zxid"].to_numpy(zero_copy_only=False), batch_rows or max(bronze.num_rows, 1))
+    cuts = zxid_cuts(bronze["zxid"].to_numpy(zero_copy_only=False), batch_rows or max(bronze.num_rows, 1))
     for i, (a, b) in enumerate(pairwise(cuts)):
         last = i == len(cuts) - 2
         outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0),
@@ -100,7 +100,7 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     return derived_counts(lake)
 
 
-def _zxid_cuts(zxids: np.ndarray, batch_rows: int) -> list[int]:
+def zxid_cuts(zxids: np.ndarray, batch_rows: int) -> list[int]:
     """Batch bounds of about ``batch_rows`` rows over sorted ``zxids``, never inside a zxid's rows."""
     cuts = [0]
     while cuts[-1] < len(zxids):
