@@ -592,6 +592,8 @@ class KraftCollector:
             rewrite.next_offset = last + 1
         cursor.replace(batch.base_offset, last, epoch)
         self.rewritten += 1
+        if self.metrics is not None:
+            self.metrics.rewritten(SOURCE)
         log.warning("kraft %s: %s: offsets %d..%d rewritten at leader epoch %d after they were collected at epoch "
                     "%s (Raft truncated a diverged tail); both are stored, the newest epoch's is the log's",
                     self.log_dir.path, path.name, first, last, epoch, collected)

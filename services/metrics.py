@@ -191,6 +191,8 @@ class Metrics:
                                 ["source"], registry=col)
         self.quarantine = Counter("zkledger_quarantine_rows_total", "Rows written to quarantine, by reason class.",
                                   ["source", "reason"], registry=col)
+        self.rewrites = Counter("zkledger_rewritten_batches_total", "Batches the source rewrote at positions already "
+                                "stored (KRaft: Raft truncated an uncommitted tail).", ["source"], registry=col)
         # --- monitor
         self.batch_seconds = Histogram("zkledger_monitor_batch_duration_seconds",
                                        "Wall time of the monitor's micro-batches.", buckets=BATCH_BUCKETS, registry=mon)
@@ -231,7 +233,7 @@ class Metrics:
         source = SOURCES[self.command][0]  # positions, gaps, connections: the collector's own source
         if self.command != "collect-zk":
             self.rows.labels("quarantine", source)
-        for counter in (self.gaps, self.reconnects, self.expiries):
+        for counter in (self.gaps, self.reconnects, self.expiries, self.rewrites):
             counter.labels(source)
         for reason in REASON_CLASSES:
             self.quarantine.labels(source, reason)
@@ -310,6 +312,9 @@ class Metrics:
 
     def gap(self, source: str) -> None:
         self.gaps.labels(_one_of(source, _ALL_SOURCES)).inc()
+
+    def rewritten(self, source: str) -> None:
+        self.rewrites.labels(_one_of(source, _ALL_SOURCES)).inc()
 
     def reconnected(self, source: str) -> None:
         self.reconnects.labels(_one_of(source, _ALL_SOURCES)).inc()

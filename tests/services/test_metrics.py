@@ -291,3 +291,29 @@ def test_kraft_collector_reports_what_it_commits(tmp_path: Path) -> None:
     assert value(got, "zkledger_source_position", source="kraft") == 5
     assert value(got, "zkledger_committed_position", source="kraft") == 5
     assert value(got, "zkledger_source_connected") == 1
+
+
+def test_kraft_collector_counts_the_batches_raft_rewrote(tmp_path: Path) -> None:
+    import os
+
+    from collectors.kraft_collect import KraftCollector
+    from lakehouse import Lake
+    from tests.collectors.kraft_fixtures import MetadataLog
+
+    lake = Lake(tmp_path / "lake", cluster="k")
+    log = MetadataLog.create(tmp_path / "metadata")
+    log.leader_change(1)
+    committed = log.active.stat().st_size
+    log.topics("a", "b")  # offsets 1-2, never committed
+    KraftCollector(lake, log.path).run()
+    os.truncate(log.active, committed)
+    log.next_offset = 1
+    log.leader_change(2, epoch=2)
+    log.topics("c", epoch=2)  # offsets 1 and 2 again
+    metrics = Metrics("collect-kraft")
+    assert KraftCollector(lake, log.path, metrics=metrics).run()["rewritten"] == 2
+    from prometheus_client import generate_latest
+
+    got = generate_latest(metrics.registry).decode()
+    assert value(got, "zkledger_rewritten_batches_total", source="kraft") == 2
+    assert value(got, "zkledger_rows_committed_total", table="kraft_records", source="kraft") == 2
