@@ -425,5 +425,6 @@ def image_from_json(raw: dict[str, Any]) -> MetadataImage:
     return MetadataImage(topics=dict(raw["topics"]), partitions=partitions,
                          brokers={int(b["broker"]): BrokerImage(**b) for b in raw["brokers"]},
                          quorum_leader=raw["quorum_leader"], quorum_epoch=raw["quorum_epoch"], offset=raw["offset"],
-                         log_epoch=raw.get("log_epoch", -1), open_transaction=raw["open_transaction"],
+                         log_epoch=raw.get("log_epoch", -1 if raw["quorum_epoch"] is None else raw["quorum_epoch"]),
+                         open_transaction=raw["open_transaction"],
                          transaction_epoch=raw.get("transaction_epoch"))

@@ -219,7 +219,7 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
     pending = sorted(((int(sid.split("-")[0]), sid) for sid in snapshots), reverse=True)
     out: list[tuple[MetadataEvent, str]] = []
     rewritten: list[dict[str, Any]] = []  # records of a newer epoch at offsets the image has applied
-    applied_epoch = image.log_epoch
+    applied_epoch = -1
     for r in segment:
         if r["offset"] > image.offset + 1 and pending:  # a hole: what the log held before r was deleted unread
             covering = [p for p in pending if p[0] >= r["offset"]]
@@ -229,7 +229,8 @@ def _events(cluster: str, image: MetadataImage, records: pa.Table) -> list[tuple
         while pending and pending[-1][0] <= r["offset"]:
             _rebase(image, snapshots[pending.pop()[1]], out)
         if r["offset"] <= image.offset and int(r["leader_epoch"] or 0) > image.log_epoch:
-            applied_epoch = applied_epoch if rewritten else image.log_epoch
+            if not rewritten:
+                applied_epoch = image.log_epoch  # the epoch of what it applied there
             rewritten.append(r)
             continue
         out.extend(_record_events(image, r))

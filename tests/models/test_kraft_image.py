@@ -112,3 +112,10 @@ def test_the_image_survives_its_json_form() -> None:
     again = image_from_json(json.loads(json.dumps(image_to_json(image))))
     assert again == image
     assert again.apply(change(0, isr=[1]), 9, 1, None) == image.apply(change(0, isr=[1]), 9, 1, None)
+
+
+def test_an_image_stored_before_it_kept_its_log_epoch_takes_the_quorum_s() -> None:
+    image = cluster()
+    stored = image_to_json(image)
+    del stored["log_epoch"]
+    assert image.log_epoch >= 0 and image_from_json(stored).log_epoch == image.quorum_epoch
