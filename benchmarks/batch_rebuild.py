@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     written = sum(counts.values())
     work_cpu = t.cpu["python_work"]
     work_ceiling = n * cores / work_cpu  # every core on the Python work, nothing else
-    hop_ceiling = n / (floor["read_to_python_s"] + work_cpu / cores)  # and bronze into the workers first
+    hop_ceiling = n / (floor["read_to_python_s"] + work_cpu / cores)  # bronze into the workers first, not overlapped
     return {
         "benchmark": NAME, "machine": machine(),
         "params": {"events": args.events, "partitions": args.partitions, "shuffle_partitions": args.shuffle_partitions,
@@ -208,8 +208,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"the Python work alone (engine.local_run.LocalRunner: the query's route and steps in this process, "
             f"{work_done['batches']} batches, nothing stored or written): {t.wall['python_work']:.1f} s, "
             f"{work_cpu:.1f} CPU-s = {work_cpu / n * 1e6:.2f} CPU-us per event; on all {cores} cores with nothing "
-            f"else: at most {work_ceiling:,.0f} events/s; after bronze into the Python workers as above: at most "
-            f"{hop_ceiling:,.0f} events/s",
+            f"else: at most {work_ceiling:,.0f} events/s; with bronze into the Python workers as above before it, "
+            f"not overlapped: {hop_ceiling:,.0f} events/s",
             f"Arrow's C++ JSON reader over the {parsed:,} partition-state payloads alone: {t.wall['json_floor']:.1f} s, "
             f"{t.cpu['json_floor']:.1f} CPU-s = {t.cpu['json_floor'] / parsed * 1e6:.2f} CPU-us per event",
         ],
