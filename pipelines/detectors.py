@@ -513,7 +513,9 @@ def detect_split_brain(terms: pa.Table) -> pa.Table:
     ``terms``: controller_tenure rows with source 'logs' (one per (controller id, epoch) seen acting: few).
     Flagged: two ids claiming the same epoch (an election makes one controller per epoch: ``reason`` same_epoch),
     and two ids with different epochs whose acting times overlap (the older epoch still acting after the newer
-    one started, Kafka's soft-failure or zombie shape: ``reason`` overlapping_terms).
+    one started, Kafka's soft-failure or zombie shape: ``reason`` overlapping_terms). The details name when the
+    older term was first seen acting, not when last: logs arrive in time order, so that is known when the overlap
+    is, and the first-found row (the one committed) does not depend on where micro-batches cut the logs.
     """
     rows = sorted((t for t in terms.to_pylist() if t["start_time"] is not None and t["end_time"] is not None),
                   key=lambda t: (t["start_time"], t["controller_id"]))
@@ -532,12 +534,12 @@ def detect_split_brain(terms: pa.Table) -> pa.Table:
             pairs.append({"cluster": a["cluster"], "event_time": new["start_time"],
                           "controller_id": old["controller_id"], "controller_epoch": old["controller_epoch"],
                           "other_id": new["controller_id"], "other_epoch": new["controller_epoch"],
-                          "old_last_seen": old["end_time"], "reason": str(reason)})
+                          "old_first_seen": old["start_time"], "reason": str(reason)})
     if not pairs:
         return ANOMALY_SCHEMA.empty_table()
     table = pa.Table.from_pylist(pairs)
     return shape(table, pa.array([True] * len(pairs)), K.SPLIT_BRAIN,
-                 ("controller_id", "controller_epoch", "other_id", "other_epoch", "old_last_seen", "reason"),
+                 ("controller_id", "controller_epoch", "other_id", "other_epoch", "old_first_seen", "reason"),
                  evidence=lambda r: [f"term:{r['controller_id']}:{r['controller_epoch']}",
                                      f"term:{r['other_id']}:{r['other_epoch']}"])
 
