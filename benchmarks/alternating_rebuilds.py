@@ -40,6 +40,12 @@ KINDS = {"workers_cpu_s": ProcessKind.PYSPARK_WORKER, "jvm_cpu_s": ProcessKind.S
 KIND_NAMES = {"workers_cpu_s": "PySpark workers", "jvm_cpu_s": "the driver's JVM", "command_cpu_s": "command"}
 
 
+def spark_extra_conf(path: Path, key: str, value: object) -> Path:
+    """A settings file giving Spark one setting under ``[spark.extra]``, as a user would."""
+    path.write_text(f'[spark.extra]\n"{key}" = "{value}"\n')
+    return path
+
+
 def query_seconds(log_text: str) -> float:
     """The rebuild's micro-batches' wall time, summed (each one's ``triggerExecution`` in its ``-v`` line)."""
     return round(sum(float(m[2]) for ln in batch_lines(log_text) if (m := PROGRESS_LINE.match(ln))), 2)

@@ -26,7 +26,6 @@ The rows the rebuild wrote, over all derived tables, are reported per bronze eve
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import os
@@ -82,20 +81,16 @@ def python_replay(lake: Any) -> dict[str, int]:
 def python_work(lake: Any, buckets: int, batches: int) -> dict[str, int]:
     """The one composition's Python work alone: ``engine.local_run.LocalRunner``, the query's route and steps run in
     this process (nothing packed, stored or written), over the history in zxid order in ``batches`` batches."""
-    from engine.local_run import LocalRunner, bronze_rows, zxid_cuts
+    from engine.local_run import LocalRunner, history_batches
     from engine.stateful import cluster_partitions
     from pipelines.bucket_fold import BucketLayout
 
     runner = LocalRunner(BucketLayout.sized(buckets, cluster_partitions(lake)))
-    bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
-    decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
-    cuts = zxid_cuts(bronze["zxid"].to_numpy(), -(-bronze.num_rows // max(batches, 1)))
-    rows = 0
-    for i, (a, b) in enumerate(itertools.pairwise(cuts)):
-        last = i == len(cuts) - 2
-        out = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0))
-        rows += sum(t.num_rows for _, _, _, t in out)
-    return {"batches": len(cuts) - 1, "output_rows": rows}
+    done = rows = 0
+    for batch in history_batches(lake, -(-lake.row_count(ZNODE_EVENTS.name) // max(batches, 1))):
+        rows += sum(t.num_rows for _, _, _, t in runner.step(*batch))
+        done += 1
+    return {"batches": done, "output_rows": rows}
 
 
 def state_payloads(lake: Any) -> bytes:

@@ -18,7 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alternating_rebuilds import alternating_rebuilds, comparison_result, rebuild_parser
+from benchmarks.alternating_rebuilds import (
+    alternating_rebuilds,
+    comparison_result,
+    rebuild_parser,
+    spark_extra_conf,
+)
 from benchmarks.common import Timer, run_main
 from engine.stateful import ROUTE_ARROW_POOL, ROUTE_ARROW_POOL_ENV
 from services.spark_session import WORKER_ARROW_POOL
@@ -27,8 +32,7 @@ NAME = "route_pool"
 
 
 def pool_conf(path: Path, pool: str) -> Path:
-    path.write_text(f'[spark.extra]\n"spark.executorEnv.{ROUTE_ARROW_POOL_ENV}" = "{pool}"\n')
-    return path
+    return spark_extra_conf(path, f"spark.executorEnv.{ROUTE_ARROW_POOL_ENV}", pool)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

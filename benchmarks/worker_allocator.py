@@ -19,7 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alternating_rebuilds import alternating_rebuilds, comparison_result, rebuild_parser
+from benchmarks.alternating_rebuilds import (
+    alternating_rebuilds,
+    comparison_result,
+    rebuild_parser,
+    spark_extra_conf,
+)
 from benchmarks.common import Timer, run_main
 from services.spark_session import WORKER_MMAP_THRESHOLD
 from services.spark_session import WORKER_MMAP_THRESHOLD_CONF as MMAP_THRESHOLD_CONF
@@ -28,8 +33,7 @@ NAME = "worker_allocator"
 
 
 def threshold_conf(path: Path, threshold: int) -> Path:
-    path.write_text(f'[spark.extra]\n"{MMAP_THRESHOLD_CONF}" = "{threshold}"\n')
-    return path
+    return spark_extra_conf(path, MMAP_THRESHOLD_CONF, threshold)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

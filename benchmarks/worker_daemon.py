@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.alternating_rebuilds import alternating_rebuilds, comparison_result, rebuild_parser
+from benchmarks.alternating_rebuilds import (
+    alternating_rebuilds,
+    comparison_result,
+    rebuild_parser,
+    spark_extra_conf,
+)
 from benchmarks.common import Timer, run_main
 from services.spark_session import PYTHON_DAEMON_CONF, WORKER_DAEMON
 
@@ -27,8 +32,7 @@ DAEMONS = (PYSPARK_DAEMON, WORKER_DAEMON)
 
 
 def daemon_conf(path: Path, module: str) -> Path:
-    path.write_text(f'[spark.extra]\n"{PYTHON_DAEMON_CONF}" = "{module}"\n')
-    return path
+    return spark_extra_conf(path, PYTHON_DAEMON_CONF, module)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,6 +10,7 @@ the Spark query's checkpoint, which this runner does not write.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from itertools import pairwise
 
@@ -87,20 +88,30 @@ def run_local(lake: Lake, *, buckets: int = DEFAULT_BUCKETS, kafka_version: str 
     sink = StatefulSink(lake, writer)
     sink.ensure_tables()
     runner = LocalRunner(BucketLayout.sized(buckets, cluster_partitions(lake)), kafka_version, offline_blip)
-    bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
-    decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
-    kraft = bronze_rows(lake, KRAFT_RECORDS.name)  # a KRaft history's records go in the first batch
-    cuts = zxid_cuts(bronze["zxid"].to_numpy(zero_copy_only=False), batch_rows or max(bronze.num_rows, 1))
-    for i, (a, b) in enumerate(pairwise(cuts)):
-        last = i == len(cuts) - 2
-        outputs = runner.step(bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0),
-                              kraft if i == 0 else None, lake.clusters(ZNODE_EVENTS.name))
+    for i, batch in enumerate(history_batches(lake, batch_rows)):
+        outputs = runner.step(*batch)
         sink.commit(output_records(output_files(lake.root, packed_records(
             (table, cluster, bucket, rows) for cluster, bucket, table, rows in outputs))), i)
     return derived_counts(lake)
 
 
-def zxid_cuts(zxids: np.ndarray, batch_rows: int) -> list[int]:
+def history_batches(lake: Lake, batch_rows: int | None = None
+                    ) -> Iterator[tuple[pa.Table, pa.Table, pa.Table | None, frozenset[str]]]:
+    """The lake's bronze history as ``LocalRunner.step``'s arguments, batch after batch: about ``batch_rows``
+    znode rows each in zxid order (None: one batch; a zxid is never split), the decisions with the last batch,
+    a KRaft history's records with the first."""
+    bronze = bronze_rows(lake, ZNODE_EVENTS.name).sort_by("zxid")
+    decisions = bronze_rows(lake, CONTROLLER_DECISIONS.name)
+    kraft = bronze_rows(lake, KRAFT_RECORDS.name)
+    zookeeper_clusters = lake.clusters(ZNODE_EVENTS.name)
+    cuts = _zxid_cuts(bronze["zxid"].to_numpy(zero_copy_only=False), batch_rows or max(bronze.num_rows, 1))
+    for i, (a, b) in enumerate(pairwise(cuts)):
+        last = i == len(cuts) - 2
+        yield (bronze.slice(a, b - a), decisions if last else decisions.slice(0, 0), kraft if i == 0 else None,
+               zookeeper_clusters)
+
+
+def _zxid_cuts(zxids: np.ndarray, batch_rows: int) -> list[int]:
     """Batch bounds of about ``batch_rows`` rows over sorted ``zxids``, never inside a zxid's rows."""
     cuts = [0]
     while cuts[-1] < len(zxids):

@@ -183,15 +183,20 @@ def test_a_snapshot_ending_inside_the_first_kept_segment_is_taken() -> None:
 
 
 # ------------------------------------------------------------------------------ a tail Raft truncated
-def outputs(batches: list[pa.Table]) -> dict[str, list[str]]:
-    """Every output table's rows (sorted, as text) of ``batches`` stepped one after another."""
+def stepped(batches: list[pa.Table]) -> dict[str, list[dict[str, object]]]:
+    """Every output table's rows of ``batches`` stepped one after another."""
     state = fresh()
-    got: dict[str, list[str]] = {}
+    got: dict[str, list[dict[str, object]]] = {}
     for batch in batches:
         out, state = kraft_step("kraft", state, batch, META_SEQ, "3.9")
         for name, rows in out.items():
-            got.setdefault(name, []).extend(repr(sorted(r.items())) for r in rows.to_pylist())
-    return {name: sorted(rows) for name, rows in got.items() if rows}
+            got.setdefault(name, []).extend(rows.to_pylist())
+    return got
+
+
+def outputs(batches: list[pa.Table]) -> dict[str, list[str]]:
+    """``stepped`` with each table's rows sorted, as text."""
+    return {name: sorted(repr(sorted(r.items())) for r in rows) for name, rows in stepped(batches).items() if rows}
 
 
 def rewritten() -> tuple[kh.KraftLog, int]:
@@ -235,7 +240,7 @@ def test_a_rewrite_of_records_already_applied_is_a_collection_gap() -> None:
     records there are a gap until a rebuild, at the first of them."""
     log, before = rewritten()
     got = outputs([log.table().slice(0, before), log.rows_since(before)])
-    gaps = [a for a in run_batches([log.table().slice(0, before), log.rows_since(before)])
+    gaps = [a for a in stepped([log.table().slice(0, before), log.rows_since(before)]).get("anomalies", [])
             if a["kind"] == AnomalyKind.COLLECTION_GAP]
     assert [a["zxid"] for a in gaps] == [10]
     detail = json.loads(str(gaps[0]["details"]))["detail"]
@@ -244,12 +249,3 @@ def test_a_rewrite_of_records_already_applied_is_a_collection_gap() -> None:
     clean = log.current()
     clean_split = outputs([clean.slice(0, before - 2), clean.slice(before - 2)])
     assert got["partition_transitions"] != clean_split["partition_transitions"]  # what it applied stays
-
-
-def run_batches(batches: list[pa.Table]) -> list[dict[str, object]]:
-    state = fresh()
-    found: list[dict[str, object]] = []
-    for batch in batches:
-        out, state = kraft_step("kraft", state, batch, META_SEQ, "3.9")
-        found.extend(out["anomalies"].to_pylist() if "anomalies" in out else [])
-    return found
